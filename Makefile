@@ -1,0 +1,57 @@
+# popfleet: the one interface for people and CI. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+PKGS   := broker_image
+PYTEST_ARGS ?=
+
+# Component makefiles (testbed, operator, ...) may add to PKGS and define their own targets.
+-include mk/*.mk
+
+export PYTHONDONTWRITEBYTECODE := 1
+
+.PHONY: help setup lint fmt test test-unit test-integration bench demo clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort | \
+	  awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
+
+$(STAMP): requirements/dev.txt $(foreach p,$(PKGS),$(p)/pyproject.toml)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements/dev.txt $(foreach p,$(PKGS),-e ./$(p))
+	touch $@
+
+setup: $(STAMP) ## create .venv and install every package and dev tool
+
+lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, import-linter
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy broker_image/src tests bench
+	$(VENV)/bin/lint-imports
+
+fmt: $(STAMP) ## apply ruff fixes and formatting
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+test: $(STAMP) ## run every test that needs no Docker (fails when none are collected)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: $(STAMP) ## unit tier only
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: $(STAMP) ## integration tier only
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+bench: $(STAMP) ## run the benchmarks; JSON lands in bench/results/
+	$(PY) -m bench.run
+
+demo: $(STAMP) ## run a local broker on the embedded default (see README)
+	$(VENV)/bin/popbroker all --data-dir $${DATA_DIR:-/tmp/popfleet-demo} --listen 127.0.0.1:8081 --admin-listen 127.0.0.1:9081
+
+clean: ## remove the venv and caches
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis
