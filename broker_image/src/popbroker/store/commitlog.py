@@ -1,0 +1,244 @@
+"""The commit log: every record of every topic, appended in one segmented stream.
+
+``place`` writes a batch of records (rolling segments with an end-of-segment
+filler when a record does not fit), ``read`` returns one verified record, ``scan``
+walks records from a position for recovery, dispatch rebuilds and the dump tool,
+and ``recover`` verifies the tail after a crash.
+
+Recovery, in order (see also ``popbroker.store.local``):
+
+1. Start at the segment holding the last flush checkpoint (everything below it was
+   fsynced before the checkpoint was written).
+2. Walk records, verifying length, CRC and self-declared position.
+3. At the first bad record:
+   a. if it lies below the checkpoint, durable data is damaged: refuse to start
+      (``CorruptStore``) unless ``repair`` is set;
+   b. if a valid record or a later segment follows it, the damage is in the middle
+      of the log, not a torn tail: refuse likewise;
+   c. otherwise it is a torn tail: truncate there and report how many bytes went.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from popbroker.store import format as fmt
+from popbroker.store.errors import CorruptStore, StoreFull
+from popbroker.store.segments import SegmentedFile
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordFields:
+    """Everything of a record but its position, already encoded to bytes."""
+
+    topic: bytes
+    queue_id: int
+    queue_offset: int
+    flags: int
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    reconsume_times: int
+    born_host: bytes
+    properties: bytes
+    body: bytes
+
+    @property
+    def size(self) -> int:
+        return fmt.encoded_size(
+            topic=self.topic, born_host=self.born_host, properties=self.properties, body=self.body
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    physical_offset: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    verified_from: int
+    end: int
+    truncated_bytes: int
+    records_verified: int
+
+
+class CommitLog:
+    """The segmented commit log in ``directory``."""
+
+    def __init__(self, directory: Path, segment_bytes: int) -> None:
+        self.file = SegmentedFile(directory, segment_bytes)
+        self.segment_bytes = segment_bytes
+
+    @property
+    def min_offset(self) -> int:
+        return self.file.min_position
+
+    @property
+    def end(self) -> int:
+        return self.file.write_position
+
+    def place(self, records: Sequence[RecordFields]) -> list[Placed]:
+        """Write ``records`` contiguously; all or none (a failure truncates the batch away)."""
+        start = self.file.write_position
+        placed: list[Placed] = []
+        chunk: list[bytes] = []
+        chunk_len = 0
+        try:
+            for record in records:
+                size = record.size
+                if size > self.segment_bytes - fmt.FILLER_MIN:
+                    raise ValueError("record larger than a segment")
+                position = self.file.write_position + chunk_len
+                rest = self.segment_bytes - position % self.segment_bytes
+                if size > rest:
+                    if rest >= fmt.FILLER_MIN:
+                        chunk.append(fmt.encode_filler(rest))
+                    chunk_len += rest
+                    self._write(chunk, chunk_len)
+                    chunk, chunk_len = [], 0
+                    position = self.file.write_position
+                chunk.append(
+                    fmt.encode_record(
+                        physical_offset=position,
+                        queue_id=record.queue_id,
+                        queue_offset=record.queue_offset,
+                        flags=record.flags,
+                        born_timestamp_ms=record.born_timestamp_ms,
+                        store_timestamp_ms=record.store_timestamp_ms,
+                        reconsume_times=record.reconsume_times,
+                        topic=record.topic,
+                        born_host=record.born_host,
+                        properties=record.properties,
+                        body=record.body,
+                    )
+                )
+                chunk_len += size
+                placed.append(Placed(position, size))
+            self._write(chunk, chunk_len)
+        except StoreFull:
+            self.file.truncate(start)
+            raise
+        return placed
+
+    def _write(self, chunk: list[bytes], chunk_len: int) -> None:
+        if not chunk_len:
+            return
+        data = b"".join(chunk)
+        if len(data) < chunk_len:  # a filler shorter than FILLER_MIN: leave zeros
+            data += bytes(chunk_len - len(data))
+        self.file.append(data)
+
+    def read(self, physical_offset: int, size: int) -> fmt.Record:
+        """Read and verify one record; ``CorruptStore`` if it fails verification."""
+        raw = self.file.read(physical_offset, size)
+        try:
+            return fmt.decode_record(raw, expected_physical_offset=physical_offset)
+        except fmt.FormatError as exc:
+            raise CorruptStore(
+                f"commit log record at physical offset {physical_offset} is damaged: {exc}"
+            ) from exc
+
+    def scan(self, start: int) -> Iterator[fmt.Record]:
+        """Verified records from ``start`` (a record boundary) to the end."""
+        position = max(start, self.min_offset)
+        while position < self.end:
+            kind, size, record, reason = self._at(position)
+            if kind == "record":
+                assert record is not None
+                yield record
+                position += size
+            elif kind in ("filler", "end"):
+                position = position - position % self.segment_bytes + self.segment_bytes
+            else:
+                raise CorruptStore(f"commit log damaged at physical offset {position}: {reason}")
+
+    def _at(self, position: int) -> tuple[str, int, fmt.Record | None, str]:
+        in_segment = position % self.segment_bytes
+        head = self.file.read(position, fmt.PREFIX_SIZE)
+        found = fmt.probe(head, position_in_segment=in_segment, segment_bytes=self.segment_bytes)
+        if found.kind != "record":
+            if found.kind == "end" and position < self._segment_data_end(position):
+                # zeros followed by more data in this file: a hole, not an end
+                return "bad", 0, None, "zero bytes inside written data"
+            return found.kind, found.size, None, found.reason
+        raw = self.file.read(position, found.size)
+        try:
+            record = fmt.decode_record(raw, expected_physical_offset=position)
+        except fmt.FormatError as exc:
+            return "bad", found.size, None, str(exc)
+        return "record", found.size, record, ""
+
+    def _segment_data_end(self, position: int) -> int:
+        base = position - position % self.segment_bytes
+        if base not in self.file.bases:
+            return position
+        end = self.file.file_end(base)
+        raw = self.file.read(position, end - position)
+        return position + len(raw.rstrip(b"\x00"))
+
+    def recover(self, *, checkpoint: int, repair: bool = False) -> RecoveryReport:
+        """Verify from the checkpoint's segment to the end; see the module docstring."""
+        checkpoint = min(max(checkpoint, self.min_offset), self.end)
+        start = max(checkpoint - checkpoint % self.segment_bytes, self.min_offset)
+        position, verified = start, 0
+        while position < self.end:
+            kind, size, _record, reason = self._at(position)
+            if kind == "record":
+                verified += 1
+                position += size
+                continue
+            if kind in ("filler", "end"):
+                next_base = position - position % self.segment_bytes + self.segment_bytes
+                if kind == "end" and next_base > self.end:
+                    break
+                position = next_base
+                continue
+            self._judge_damage(position, size, reason, checkpoint=checkpoint, repair=repair)
+            break
+        truncated = self.end - position
+        if truncated:
+            log.warning(
+                "commit log: truncating %d bytes of torn tail at physical offset %d",
+                truncated,
+                position,
+            )
+            self.file.truncate(position)
+        return RecoveryReport(start, self.end, truncated, verified)
+
+    def _judge_damage(
+        self, position: int, size: int, reason: str, *, checkpoint: int, repair: bool
+    ) -> None:
+        where = f"physical offset {position} ({reason})"
+        if position < checkpoint:
+            problem = f"commit log damaged below the flush checkpoint {checkpoint} at {where}"
+        elif self._valid_after(position, size):
+            problem = f"commit log damaged in the middle, valid records follow, at {where}"
+        else:
+            return
+        if not repair:
+            raise CorruptStore(
+                problem + "; refusing to start. Restore the volume, or start with --repair "
+                "to truncate the log there (records after it will be lost)."
+            )
+        log.error("%s; --repair given: truncating", problem)
+
+    def _valid_after(self, position: int, size: int) -> bool:
+        base = position - position % self.segment_bytes
+        if any(b > base for b in self.file.bases):
+            return True
+        if size <= 0:
+            return False
+        kind, _size, _record, _reason = self._at(position + size)
+        return kind == "record"
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()

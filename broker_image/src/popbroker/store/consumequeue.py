@@ -1,0 +1,113 @@
+"""Consume queues: per (topic, queue) index of 20-byte entries into the commit log.
+
+Entry ``n`` describes the record with queue offset ``n`` (layout in
+``popbroker.store.format``). Files live in ``consumequeue/<topic>/<queue_id>/`` and
+hold ``cq_entries_per_file`` entries each. The queue's ``max_queue_offset`` is the
+number of entries written (the next offset to assign); ``min_queue_offset`` is the
+first entry whose record still exists in the commit log.
+
+Consume queues are derived data: they are never fsynced on the write path and are
+rebuilt from the commit log after a crash (``popbroker.store.local``). Entries are
+written only by the dispatcher, in commit-log order, so within a queue physical
+offsets strictly increase.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from popbroker.store import format as fmt
+from popbroker.store.segments import SegmentedFile
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tag_hash: int
+
+
+class ConsumeQueue:
+    """The index of one (topic, queue)."""
+
+    def __init__(
+        self, directory: Path, *, topic: str, queue_id: int, entries_per_file: int
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file = SegmentedFile(directory, entries_per_file * fmt.CQ_ENTRY_SIZE)
+        end = self.file.write_position
+        if end % fmt.CQ_ENTRY_SIZE:
+            self.file.truncate(end - end % fmt.CQ_ENTRY_SIZE)  # torn last entry
+        self.min_queue_offset = self.file.min_position // fmt.CQ_ENTRY_SIZE
+
+    @property
+    def max_queue_offset(self) -> int:
+        return self.file.write_position // fmt.CQ_ENTRY_SIZE
+
+    def append(self, entry: Entry) -> None:
+        if entry.queue_offset != self.max_queue_offset:
+            raise ValueError(
+                f"{self.topic}/{self.queue_id}: entry {entry.queue_offset} "
+                f"but next is {self.max_queue_offset}"
+            )
+        self.file.append(fmt.encode_cq_entry(entry.physical_offset, entry.size, entry.tag_hash))
+
+    def start_at(self, queue_offset: int) -> None:
+        """Make an empty queue begin at ``queue_offset`` (its head was lost to retention)."""
+        self.file.start_position(queue_offset * fmt.CQ_ENTRY_SIZE)
+        self.min_queue_offset = queue_offset
+
+    def entries(self, queue_offset: int, count: int) -> list[Entry]:
+        """Up to ``count`` entries from ``queue_offset`` (fewer at a file end or the tail)."""
+        result: list[Entry] = []
+        while count > 0 and queue_offset < self.max_queue_offset:
+            raw = self.file.read(queue_offset * fmt.CQ_ENTRY_SIZE, count * fmt.CQ_ENTRY_SIZE)
+            usable = len(raw) // fmt.CQ_ENTRY_SIZE
+            if usable == 0:
+                break
+            for i in range(usable):
+                physical, size, hashed = fmt.decode_cq_entry(raw, i * fmt.CQ_ENTRY_SIZE)
+                result.append(Entry(queue_offset + i, physical, size, hashed))
+            queue_offset += usable
+            count -= usable
+        return result
+
+    def last(self) -> Entry | None:
+        if self.max_queue_offset <= self.min_queue_offset:
+            return None
+        found = self.entries(self.max_queue_offset - 1, 1)
+        return found[0] if found else None
+
+    def truncate_to(self, queue_offset: int) -> None:
+        self.file.truncate(queue_offset * fmt.CQ_ENTRY_SIZE)
+
+    def advance_min(self, commit_log_min: int) -> int:
+        """Move ``min_queue_offset`` past entries whose records retention deleted."""
+        done = False
+        while not done and self.min_queue_offset < self.max_queue_offset:
+            batch = self.entries(self.min_queue_offset, 256)
+            if not batch:
+                break
+            for entry in batch:
+                if entry.physical_offset >= commit_log_min:
+                    done = True
+                    break
+                self.min_queue_offset = entry.queue_offset + 1
+        self.file.delete_before(self.min_queue_offset * fmt.CQ_ENTRY_SIZE)
+        return self.min_queue_offset
+
+    def delete_files_below_min(self) -> None:
+        self.file.delete_before(self.min_queue_offset * fmt.CQ_ENTRY_SIZE)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+    def close(self) -> None:
+        self.file.close()
+
+    def destroy(self) -> None:
+        self.file.delete_all()
+        self.file.close()

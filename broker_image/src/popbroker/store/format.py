@@ -1,0 +1,256 @@
+"""Byte layouts of the commit log and the consume queue.
+
+Commit-log record (version 1). All integers big-endian; the record never spans
+two segment files::
+
+    offset  width  field
+    0       4      total_size        u32, whole record including this field
+    4       1      magic             0xB1 = message record v1, 0xE0 = end-of-segment filler
+    5       4      crc32             zlib CRC-32 of bytes [9, total_size)
+    9       8      physical_offset   i64, this record's own position in the log
+    17      4      queue_id          i32
+    21      8      queue_offset      i64
+    29      2      flags             u16, producer flags (opaque to the store)
+    31      8      born_ts_ms        i64
+    39      8      store_ts_ms       i64
+    47      4      reconsume_times   u32
+    51      1      topic_len         u8, then topic bytes (UTF-8, <= 255)
+    ..      1      born_host_len     u8, then born_host bytes (UTF-8, <= 255)
+    ..      4      properties_len    u32, then properties: UTF-8 "k\\x01v\\x02" pairs
+    ..      4      body_len          u32, then body bytes
+
+The CRC covers everything after itself, so a torn write (short record), a flipped
+byte anywhere in the record, or garbage after the tail fails verification. The
+stored ``physical_offset`` must equal the position the record is read from, which
+catches stale bytes from an earlier life of a reused file. ``total_size`` is
+bounded by the segment size, so a corrupt length cannot make a reader run away.
+
+End-of-segment filler: when a record does not fit in the rest of a segment, the
+writer puts ``total_size = rest`` and magic ``0xE0`` there (if at least 5 bytes
+remain; fewer are simply left zero) and starts the next segment. Readers jump to
+the next segment on a filler or on a tail shorter than 5 bytes.
+
+Consume-queue entry: exactly 20 bytes, big-endian::
+
+    0   8  physical_offset   i64
+    8   4  size              u32, total_size of the record
+    12  8  tag_hash          i64, see ``popbroker.store.filters``
+
+Entry ``n`` of a queue lives at byte ``(n - file_first_offset) * 20`` of the file
+named after ``file_first_offset``. An all-zero entry is never valid (record 0
+sits at physical offset 0 but has a non-zero size), which is how a reader spots a
+hole left by a crash.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+MAGIC_MESSAGE_V1 = 0xB1
+MAGIC_END_OF_SEGMENT = 0xE0
+
+_PREFIX = struct.Struct(">IBI")  # total_size, magic, crc32
+_FIXED = struct.Struct(
+    ">qiqHqqI"
+)  # physical, queue_id, queue_offset, flags, born, store, reconsume
+_U8 = struct.Struct(">B")
+_U32 = struct.Struct(">I")
+PREFIX_SIZE = _PREFIX.size  # 9
+FIXED_END = PREFIX_SIZE + _FIXED.size  # 51
+MIN_RECORD_SIZE = FIXED_END + 1 + 1 + 4 + 4
+FILLER_MIN = 5  # total_size (4) + magic (1)
+
+CQ_ENTRY = struct.Struct(">qIq")
+CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
+
+PROPERTY_SEPARATOR = "\x01"
+PAIR_SEPARATOR = "\x02"
+
+
+class FormatError(ValueError):
+    """Bytes that are not a valid record at this position."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A decoded commit-log record."""
+
+    physical_offset: int
+    total_size: int
+    queue_id: int
+    queue_offset: int
+    flags: int
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    reconsume_times: int
+    topic: str
+    born_host: str
+    properties: dict[str, str]
+    body: bytes
+
+
+def encode_properties(properties: Mapping[str, str]) -> bytes:
+    """``k\\x01v\\x02`` pairs; keys and values must not contain the separators."""
+    parts = []
+    for key, value in properties.items():
+        if any(sep in key or sep in value for sep in (PROPERTY_SEPARATOR, PAIR_SEPARATOR)):
+            raise FormatError(f"property {key!r} contains a reserved separator byte")
+        parts.append(f"{key}{PROPERTY_SEPARATOR}{value}{PAIR_SEPARATOR}")
+    return "".join(parts).encode("utf-8")
+
+
+def decode_properties(raw: bytes) -> dict[str, str]:
+    text = raw.decode("utf-8")
+    result: dict[str, str] = {}
+    for pair in text.split(PAIR_SEPARATOR):
+        if not pair:
+            continue
+        key, sep, value = pair.partition(PROPERTY_SEPARATOR)
+        if not sep:
+            raise FormatError("property pair without a key/value separator")
+        result[key] = value
+    return result
+
+
+def encoded_size(*, topic: bytes, born_host: bytes, properties: bytes, body: bytes) -> int:
+    return FIXED_END + 1 + len(topic) + 1 + len(born_host) + 4 + len(properties) + 4 + len(body)
+
+
+def encode_record(
+    *,
+    physical_offset: int,
+    queue_id: int,
+    queue_offset: int,
+    flags: int,
+    born_timestamp_ms: int,
+    store_timestamp_ms: int,
+    reconsume_times: int,
+    topic: bytes,
+    born_host: bytes,
+    properties: bytes,
+    body: bytes,
+) -> bytes:
+    """Encode one record; the caller has validated names and sizes."""
+    if len(topic) > 255 or len(born_host) > 255:
+        raise FormatError("topic and born_host are limited to 255 bytes")
+    payload = b"".join(
+        (
+            _FIXED.pack(
+                physical_offset,
+                queue_id,
+                queue_offset,
+                flags & 0xFFFF,
+                born_timestamp_ms,
+                store_timestamp_ms,
+                reconsume_times,
+            ),
+            _U8.pack(len(topic)),
+            topic,
+            _U8.pack(len(born_host)),
+            born_host,
+            _U32.pack(len(properties)),
+            properties,
+            _U32.pack(len(body)),
+            body,
+        )
+    )
+    total = PREFIX_SIZE + len(payload)
+    return _PREFIX.pack(total, MAGIC_MESSAGE_V1, zlib.crc32(payload)) + payload
+
+
+def encode_filler(size: int) -> bytes:
+    """An end-of-segment filler of exactly ``size`` bytes (``size >= FILLER_MIN``)."""
+    return struct.pack(">IB", size, MAGIC_END_OF_SEGMENT) + bytes(size - FILLER_MIN)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """What lies at a position: a record of ``size`` bytes, a filler, or the end."""
+
+    kind: str  # "record" | "filler" | "end" | "bad"
+    size: int
+    reason: str = ""
+
+
+def probe(head: bytes, *, position_in_segment: int, segment_bytes: int) -> Probe:
+    """Classify the bytes at a position from its first ``PREFIX_SIZE`` bytes."""
+    rest = segment_bytes - position_in_segment
+    if rest < FILLER_MIN:
+        return Probe("end", rest)
+    if len(head) < FILLER_MIN or head[:FILLER_MIN] == bytes(FILLER_MIN):
+        return Probe("end", 0)
+    total, magic = struct.unpack_from(">IB", head)
+    if magic == MAGIC_END_OF_SEGMENT:
+        if total != rest:
+            return Probe("bad", 0, f"filler claims {total} bytes but {rest} remain")
+        return Probe("filler", total)
+    if magic != MAGIC_MESSAGE_V1:
+        return Probe("bad", 0, f"unknown magic 0x{magic:02x}")
+    if total < MIN_RECORD_SIZE or total > rest:
+        return Probe("bad", 0, f"record length {total} out of range (rest {rest})")
+    return Probe("record", total)
+
+
+def decode_record(raw: bytes, *, expected_physical_offset: int) -> Record:
+    """Decode and verify a whole record read from ``expected_physical_offset``."""
+    if len(raw) < MIN_RECORD_SIZE:
+        raise FormatError(f"record truncated: {len(raw)} bytes")
+    total, magic, crc = _PREFIX.unpack_from(raw)
+    if magic != MAGIC_MESSAGE_V1:
+        raise FormatError(f"unknown magic 0x{magic:02x}")
+    if total != len(raw):
+        raise FormatError(f"record length {total} but {len(raw)} bytes available")
+    if zlib.crc32(memoryview(raw)[PREFIX_SIZE:]) != crc:
+        raise FormatError("CRC mismatch")
+    (physical, queue_id, queue_offset, flags, born, stored, reconsume) = _FIXED.unpack_from(
+        raw, PREFIX_SIZE
+    )
+    if physical != expected_physical_offset:
+        raise FormatError(
+            f"record says physical offset {physical}, read at {expected_physical_offset}"
+        )
+    pos = FIXED_END
+    try:
+        topic_len = raw[pos]
+        topic = raw[pos + 1 : pos + 1 + topic_len].decode("utf-8")
+        pos += 1 + topic_len
+        host_len = raw[pos]
+        born_host = raw[pos + 1 : pos + 1 + host_len].decode("utf-8")
+        pos += 1 + host_len
+        (props_len,) = _U32.unpack_from(raw, pos)
+        properties = decode_properties(raw[pos + 4 : pos + 4 + props_len])
+        pos += 4 + props_len
+        (body_len,) = _U32.unpack_from(raw, pos)
+        body = raw[pos + 4 : pos + 4 + body_len]
+        pos += 4 + body_len
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise FormatError(f"malformed record fields: {exc}") from exc
+    if pos != total:
+        raise FormatError(f"record fields end at {pos}, length says {total}")
+    return Record(
+        physical_offset=physical,
+        total_size=total,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        flags=flags,
+        born_timestamp_ms=born,
+        store_timestamp_ms=stored,
+        reconsume_times=reconsume,
+        topic=topic,
+        born_host=born_host,
+        properties=properties,
+        body=bytes(body),
+    )
+
+
+def encode_cq_entry(physical_offset: int, size: int, tag_hash: int) -> bytes:
+    return CQ_ENTRY.pack(physical_offset, size, tag_hash)
+
+
+def decode_cq_entry(raw: bytes, at: int = 0) -> tuple[int, int, int]:
+    """``(physical_offset, size, tag_hash)``; ``size == 0`` marks a hole."""
+    physical, size, hashed = CQ_ENTRY.unpack_from(raw, at)
+    return physical, size, hashed

@@ -1,0 +1,741 @@
+"""``LocalStore``: the in-process implementation of ``StoreApi``.
+
+Directory layout under ``data_dir``::
+
+    LOCK                      flock'ed while a store has the directory open
+    checkpoint                flushed + dispatched physical offsets (see ``checkpoints``)
+    commitlog/<20 digits>     commit-log segments
+    consumequeue/<topic>/<q>/ consume-queue files
+    config/metadata.json      topics, groups, modes, members, config epoch (+ .bak)
+    config/offsets.json       committed consumer offsets (+ .bak)
+    config/queues.json        last known max queue offset per queue (+ .bak)
+
+Threads: callers run on one asyncio loop; a ``Flusher`` thread fsyncs the commit
+log, dispatches in ``SYNC`` mode, persists offsets and checkpoints, and runs
+retention. One lock (``self._lock``) guards every file and table; fsync of the
+commit log happens outside it, so concurrent appends share one fsync (group
+commit).
+
+Opening runs recovery, in order:
+
+1. take the directory lock (a second store on the same directory is refused);
+2. load the config; a missing or unreadable main file falls back to its backup,
+   and an empty or restored config gets a new config epoch;
+3. verify the commit-log tail from the checkpoint (``CommitLog.recover``);
+4. load consume queues, cut entries that point past the recovered log end;
+5. re-dispatch records from the checkpoint; a queue with a gap (its file was
+   truncated or lost) is rebuilt from the whole commit log;
+6. load committed offsets; advance queue minimums to the log's minimum.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from popbroker.store import atomicfiles, checkpoints, filters, names
+from popbroker.store import format as fmt
+from popbroker.store.api import (
+    PROPERTY_TAGS,
+    AppendResult,
+    Arrival,
+    ClusterMember,
+    CommittedOffset,
+    ConsumeModeConfig,
+    FlushMode,
+    GroupConfig,
+    MessageToAppend,
+    QueueBounds,
+    ReadResult,
+    ReadStatus,
+    StoredMessage,
+    StoreInfo,
+    TopicConfig,
+)
+from popbroker.store.commitlog import CommitLog, RecordFields
+from popbroker.store.consumequeue import ConsumeQueue, Entry
+from popbroker.store.errors import (
+    CorruptStore,
+    EmptyBody,
+    InvalidArgument,
+    MessageTooLarge,
+    StoreClosed,
+    StoreError,
+    StoreFull,
+    UnknownTopic,
+)
+from popbroker.store.flushing import Flusher
+from popbroker.store.metadata import Metadata
+from popbroker.store.offsets import OffsetTable
+from popbroker.store.settings import StoreSettings
+
+log = logging.getLogger(__name__)
+
+QueueKey = tuple[str, int]
+MAX_READ_COUNT = 1024
+ARRIVAL_BUFFER = 100_000
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class _Dispatch:
+    """A placed record waiting to be indexed (in SYNC mode: until it is flushed)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    size: int
+    tag_hash: int
+
+    @property
+    def end(self) -> int:
+        return self.physical_offset + self.size
+
+
+class _ArrivalListener:
+    """An asyncio queue fed from whichever thread dispatches."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.queue: asyncio.Queue[Arrival] = asyncio.Queue(ARRIVAL_BUFFER)
+        self.dropped = 0
+
+    def offer(self, arrival: Arrival) -> None:
+        try:
+            self.queue.put_nowait(arrival)
+        except asyncio.QueueFull:
+            self.dropped += 1
+
+
+class LocalStore:
+    """The store, in this process. Build with ``LocalStore.open``."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        settings: StoreSettings,
+        *,
+        clock: Callable[[], int],
+        lock_fd: int,
+    ) -> None:
+        self.data_dir = data_dir
+        self.settings = settings
+        self.clock = clock
+        self._lock_fd = lock_fd
+        self._lock = threading.RLock()
+        self._closed = False
+        self._last_error = ""
+        self._config_dir = data_dir / "config"
+        self._config_dir.mkdir(parents=True, exist_ok=True)
+        self.metadata = Metadata()
+        self.offsets = OffsetTable()
+        self.commitlog = CommitLog(data_dir / "commitlog", settings.segment_bytes)
+        self._cqs: dict[QueueKey, ConsumeQueue] = {}
+        self._next_queue_offset: dict[QueueKey, int] = {}
+        self._pending: list[_Dispatch] = []
+        self._dispatched_position = 0
+        self._listeners: set[_ArrivalListener] = set()
+        self.flusher = Flusher(self)
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: Path,
+        settings: StoreSettings,
+        *,
+        clock: Callable[[], int] = wall_clock_ms,
+        repair: bool = False,
+        start_flusher: bool = True,
+    ) -> LocalStore:
+        """Open (creating if needed) and recover the store in ``data_dir``."""
+        data_dir.mkdir(parents=True, exist_ok=True)
+        lock_fd = os.open(data_dir / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(lock_fd)
+            raise StoreError(f"{data_dir} is in use by another store process") from exc
+        store = cls(data_dir, settings, clock=clock, lock_fd=lock_fd)
+        try:
+            store._recover(repair=repair)
+        except BaseException:
+            store._release()
+            raise
+        if start_flusher:
+            store.flusher.start()
+        return store
+
+    def _recover(self, *, repair: bool) -> None:
+        self._load_metadata()
+        mark = checkpoints.read(self.data_dir / "checkpoint")
+        start = min(mark.flushed_physical_offset, mark.dispatched_physical_offset)
+        report = self.commitlog.recover(checkpoint=mark.flushed_physical_offset, repair=repair)
+        log.info(
+            "commit log verified from %d to %d (%d records, %d bytes truncated)",
+            report.verified_from,
+            report.end,
+            report.records_verified,
+            report.truncated_bytes,
+        )
+        self._load_consume_queues()
+        damaged = self._redispatch(start)
+        damaged |= self._queues_behind_record()
+        if damaged:
+            self._rebuild_queues(damaged)
+        for key, cq in self._cqs.items():
+            cq.advance_min(self.commitlog.min_offset)
+            self._next_queue_offset[key] = cq.max_queue_offset
+        self._dispatched_position = self.commitlog.end
+        raw, _source = atomicfiles.read_json(self._config_dir / "offsets.json")
+        if raw is not None:
+            self.offsets = OffsetTable.from_json(raw)
+        self._write_checkpoint_locked()
+
+    def _load_metadata(self) -> None:
+        raw, source = atomicfiles.read_json(self._config_dir / "metadata.json")
+        has_data = any((self.data_dir / "commitlog").glob("0*"))
+        if source is atomicfiles.Source.MAIN:
+            self.metadata = Metadata.from_json(raw)
+        elif source is atomicfiles.Source.BACKUP:
+            self.metadata = Metadata.from_json(raw).with_new_epoch()
+            log.warning("config restored from its backup; new config epoch %s", self.metadata.epoch)
+        else:
+            self.metadata = Metadata()
+            if has_data:
+                log.warning(
+                    "config file missing although the commit log holds data; starting with an "
+                    "empty config (epoch %s) - the operator re-applies what is declared",
+                    self.metadata.epoch,
+                )
+        revive = names.revive_topic(self.settings.cluster)
+        self.metadata.ensure_system_topic(revive, self.settings.revive_queue_num)
+        self._persist_metadata_locked()
+
+    def _load_consume_queues(self) -> None:
+        root = self.data_dir / "consumequeue"
+        root.mkdir(exist_ok=True)
+        end = self.commitlog.end
+        for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+            for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
+                if not queue_dir.name.isdigit():
+                    continue
+                cq = self._open_cq(topic_dir.name, int(queue_dir.name))
+                # cut entries that point past the recovered log end, or holes
+                while (last := cq.last()) is not None and (
+                    last.size == 0 or last.physical_offset + last.size > end
+                ):
+                    cq.truncate_to(last.queue_offset)
+
+    def _open_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self._cqs.get(key)
+        if cq is None:
+            directory = self.data_dir / "consumequeue" / topic / str(queue_id)
+            cq = ConsumeQueue(
+                directory,
+                topic=topic,
+                queue_id=queue_id,
+                entries_per_file=self.settings.cq_entries_per_file,
+            )
+            self._cqs[key] = cq
+        return cq
+
+    def _redispatch(self, start: int) -> set[QueueKey]:
+        """Index records from ``start``; return queues found with a gap."""
+        start = max(start - start % self.settings.segment_bytes, self.commitlog.min_offset)
+        damaged: set[QueueKey] = set()
+        for record in self.commitlog.scan(start):
+            key = (record.topic, record.queue_id)
+            if key in damaged:
+                continue
+            cq = self._open_cq(*key)
+            entry = _entry_of(record)
+            if record.queue_offset < cq.max_queue_offset:
+                if record.queue_offset < cq.min_queue_offset:
+                    continue
+                existing = cq.entries(record.queue_offset, 1)
+                if existing and existing[0].physical_offset == record.physical_offset:
+                    continue
+                log.warning("consume queue %s disagrees with the commit log; re-indexing", key)
+                cq.truncate_to(record.queue_offset)
+            if record.queue_offset > cq.max_queue_offset:
+                if cq.max_queue_offset == 0 and not cq.file.bases:
+                    cq.start_at(record.queue_offset)  # head lost with retention or never held
+                else:
+                    damaged.add(key)
+                    continue
+            cq.append(entry)
+        return damaged
+
+    def _queues_behind_record(self) -> set[QueueKey]:
+        raw, _source = atomicfiles.read_json(self._config_dir / "queues.json")
+        if not isinstance(raw, dict):
+            return set()
+        behind: set[QueueKey] = set()
+        for row in raw.get("queues", []):
+            try:
+                key, known_max = (str(row[0]), int(row[1])), int(row[2])
+            except (TypeError, ValueError, IndexError):
+                continue
+            cq = self._cqs.get(key)
+            if cq is None or cq.max_queue_offset < known_max:
+                behind.add(key)
+        return behind
+
+    def _rebuild_queues(self, damaged: set[QueueKey]) -> None:
+        log.warning("rebuilding consume queues %s from the whole commit log", sorted(damaged))
+        for key in damaged:
+            cq = self._cqs.pop(key, None)
+            if cq is not None:
+                cq.destroy()
+        for record in self.commitlog.scan(self.commitlog.min_offset):
+            key = (record.topic, record.queue_id)
+            if key not in damaged:
+                continue
+            cq = self._open_cq(*key)
+            if not cq.file.bases and cq.max_queue_offset == 0:
+                cq.start_at(record.queue_offset)
+            if record.queue_offset != cq.max_queue_offset:
+                raise CorruptStore(
+                    f"commit log holds queue offsets of {key} out of order "
+                    f"({record.queue_offset} after {cq.max_queue_offset - 1})"
+                )
+            cq.append(_entry_of(record))
+
+    # ------------------------------------------------------------------ closing
+
+    async def close(self) -> None:
+        """Flush, persist and release the directory. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.to_thread(self.flusher.stop)
+        with self._lock:
+            self._flush_all_locked()
+            for cq in self._cqs.values():
+                cq.close()
+            self.commitlog.close()
+        self._release()
+
+    def close_sync(self) -> None:
+        """``close`` for code without an event loop (tools, tests of recovery)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.flusher.stop()
+        with self._lock:
+            self._flush_all_locked()
+            for cq in self._cqs.values():
+                cq.close()
+            self.commitlog.close()
+        self._release()
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _flush_all_locked(self) -> None:
+        self.commitlog.flush()
+        self._dispatch_upto_locked(self.commitlog.end)
+        self.flusher.mark_flushed(self.commitlog.end)
+        self._persist_state_locked()
+
+    # ------------------------------------------------------------------ persistence
+
+    def _persist_metadata_locked(self) -> None:
+        atomicfiles.write_json(self._config_dir / "metadata.json", self.metadata.to_json())
+
+    def _persist_state_locked(self) -> None:
+        """Offsets, queue maxima and the checkpoint (consume queues fsynced first)."""
+        if self.offsets.dirty:
+            atomicfiles.write_json(self._config_dir / "offsets.json", self.offsets.to_json())
+            self.offsets.dirty = False
+        self._write_checkpoint_locked()
+
+    def _write_checkpoint_locked(self) -> None:
+        for cq in self._cqs.values():
+            cq.flush()
+        queues = [[t, q, cq.max_queue_offset] for (t, q), cq in sorted(self._cqs.items())]
+        atomicfiles.write_json(self._config_dir / "queues.json", {"version": 1, "queues": queues})
+        checkpoints.write(
+            self.data_dir / "checkpoint",
+            checkpoints.Checkpoint(
+                flushed_physical_offset=self.flusher.flushed_position,
+                dispatched_physical_offset=self._dispatched_position,
+            ),
+        )
+
+    # ------------------------------------------------------------------ appending
+
+    async def info(self) -> StoreInfo:
+        with self._lock:
+            return StoreInfo(
+                cluster=self.settings.cluster,
+                broker_name=self.settings.broker_name,
+                config_epoch=self.metadata.epoch,
+                flush_mode=self.settings.flush_mode,
+                min_physical_offset=self.commitlog.min_offset,
+                max_physical_offset=self.commitlog.end,
+                flushed_physical_offset=self.flusher.flushed_position,
+                writable=not self._last_error,
+                last_error=self._last_error,
+            )
+
+    async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+        results, end = self.append_nowait(messages)
+        if self.settings.flush_mode is FlushMode.SYNC:
+            await self.flusher.wait_flushed(end)
+        return results
+
+    def append_nowait(self, messages: Sequence[MessageToAppend]) -> tuple[list[AppendResult], int]:
+        """Write and (in ASYNC mode) dispatch; returns the results and the batch end."""
+        if self._closed:
+            raise StoreClosed("store is closed")
+        if not messages:
+            raise InvalidArgument("append needs at least one message")
+        now_ms = self.clock()
+        prepared = [self._prepare(m) for m in messages]
+        with self._lock:
+            fields, tags = [], []
+            assigned: dict[QueueKey, int] = {}
+            for message, (topic_b, host_b, props_b, tag) in zip(messages, prepared, strict=True):
+                key = (message.topic, message.queue_id)
+                self._check_queue_locked(message.topic, message.queue_id)
+                offset = assigned.get(key, self._next_queue_offset.get(key, 0))
+                assigned[key] = offset + 1
+                fields.append(
+                    RecordFields(
+                        topic=topic_b,
+                        queue_id=message.queue_id,
+                        queue_offset=offset,
+                        flags=message.flags,
+                        born_timestamp_ms=message.born_timestamp_ms or now_ms,
+                        store_timestamp_ms=now_ms,
+                        reconsume_times=message.reconsume_times,
+                        born_host=host_b,
+                        properties=props_b,
+                        body=message.body,
+                    )
+                )
+                tags.append(tag)
+            try:
+                placed = self.commitlog.place(fields)
+            except StoreFull as exc:
+                self._last_error = str(exc)
+                raise
+            self._last_error = ""
+            self._next_queue_offset.update(assigned)
+            results = []
+            for message, record, where, tag in zip(messages, fields, placed, tags, strict=True):
+                results.append(
+                    AppendResult(
+                        topic=message.topic,
+                        queue_id=message.queue_id,
+                        queue_offset=record.queue_offset,
+                        physical_offset=where.physical_offset,
+                        size=where.size,
+                        store_timestamp_ms=now_ms,
+                    )
+                )
+                self._pending.append(
+                    _Dispatch(
+                        message.topic,
+                        message.queue_id,
+                        record.queue_offset,
+                        where.physical_offset,
+                        where.size,
+                        filters.tag_hash(tag),
+                    )
+                )
+            end = self.commitlog.end
+            if self.settings.flush_mode is FlushMode.ASYNC:
+                self._dispatch_upto_locked(end)
+        self.flusher.poke()
+        return results, end
+
+    def _prepare(self, message: MessageToAppend) -> tuple[bytes, bytes, bytes, str]:
+        names.validate_topic_for_append(message.topic)
+        if not message.body:
+            raise EmptyBody(f"message for topic {message.topic!r} has an empty body")
+        if len(message.body) > self.settings.max_body_bytes:
+            raise MessageTooLarge(
+                f"body of {len(message.body)} bytes exceeds the limit of "
+                f"{self.settings.max_body_bytes} bytes"
+            )
+        try:
+            props = fmt.encode_properties(message.properties)
+        except fmt.FormatError as exc:
+            raise InvalidArgument(str(exc)) from exc
+        if len(props) > self.settings.max_properties_bytes:
+            raise MessageTooLarge(
+                f"properties of {len(props)} bytes exceed {self.settings.max_properties_bytes}"
+            )
+        host = message.born_host.encode("utf-8")
+        if len(host) > 255:
+            raise InvalidArgument("born_host longer than 255 bytes")
+        if message.reconsume_times < 0 or message.queue_id < 0:
+            raise InvalidArgument("queue id and reconsume times must be >= 0")
+        tag = message.properties.get(PROPERTY_TAGS, "")
+        return message.topic.encode("utf-8"), host, props, tag
+
+    def _check_queue_locked(self, topic: str, queue_id: int) -> None:
+        config = self.metadata.topics.get(topic)
+        if config is None and (topic.startswith((names.RETRY_PREFIX, names.DLQ_PREFIX))):
+            config = self.metadata.ensure_system_topic(topic, 1)
+            self._persist_metadata_locked()
+        if config is None:
+            raise UnknownTopic(f"topic {topic!r} does not exist on {self.settings.broker_name}")
+        if not 0 <= queue_id < config.queue_nums:
+            raise UnknownTopic(f"topic {topic!r} has no queue {queue_id}")
+
+    def _dispatch_upto_locked(self, limit: int) -> None:
+        """Index pending records that end at or below ``limit`` and announce them."""
+        if not self._pending:
+            return
+        ready = 0
+        for item in self._pending:
+            if item.end > limit:
+                break
+            cq = self._open_cq(item.topic, item.queue_id)
+            cq.append(Entry(item.queue_offset, item.physical_offset, item.size, item.tag_hash))
+            ready += 1
+        done, self._pending = self._pending[:ready], self._pending[ready:]
+        if done:
+            self._dispatched_position = max(self._dispatched_position, done[-1].end)
+        for listener in list(self._listeners):
+            for item in done:
+                arrival = Arrival(item.topic, item.queue_id, item.queue_offset, item.tag_hash)
+                listener.loop.call_soon_threadsafe(listener.offer, arrival)
+
+    # ------------------------------------------------------------------ reading
+
+    async def read(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int,
+        tag_filter: str = "*",
+        max_scan: int = 800,
+    ) -> ReadResult:
+        return self.read_now(
+            topic,
+            queue_id,
+            queue_offset,
+            max_count=max_count,
+            tag_filter=tag_filter,
+            max_scan=max_scan,
+        )
+
+    def read_now(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int,
+        tag_filter: str = "*",
+        max_scan: int = 800,
+    ) -> ReadResult:
+        """Synchronous ``read`` for tools and the dump command."""
+        if not 1 <= max_count <= MAX_READ_COUNT:
+            raise InvalidArgument(f"max_count must be in 1..{MAX_READ_COUNT}")
+        if max_scan < max_count:
+            raise InvalidArgument("max_scan must be >= max_count")
+        parsed = filters.parse_filter(tag_filter)
+        hashes = parsed.hashes
+        with self._lock:
+            cq = self._cqs.get((topic, queue_id))
+            if cq is None:
+                config = self.metadata.topics.get(topic)
+                if config is None or not 0 <= queue_id < config.queue_nums:
+                    return ReadResult(ReadStatus.NO_SUCH_QUEUE, (), 0, 0, 0)
+                return ReadResult(ReadStatus.NO_MESSAGE_IN_QUEUE, (), 0, 0, 0)
+            low, high = cq.min_queue_offset, cq.max_queue_offset
+            if high == 0:
+                return ReadResult(ReadStatus.NO_MESSAGE_IN_QUEUE, (), 0, low, high)
+            if queue_offset < low:
+                return ReadResult(ReadStatus.OFFSET_TOO_SMALL, (), low, low, high)
+            if queue_offset == high:
+                return ReadResult(ReadStatus.OFFSET_OVERFLOW_ONE, (), queue_offset, low, high)
+            if queue_offset > high:
+                return ReadResult(ReadStatus.OFFSET_OVERFLOW_BADLY, (), high, low, high)
+            found: list[StoredMessage] = []
+            next_offset = queue_offset
+            for entry in cq.entries(queue_offset, max_scan):
+                next_offset = entry.queue_offset + 1
+                if not parsed.matches_hash(entry.tag_hash, hashes):
+                    continue
+                message = self._message_locked(entry)
+                if not parsed.matches_tag(message.tag):
+                    continue  # a hash collision
+                found.append(message)
+                if len(found) >= max_count:
+                    break
+            status = ReadStatus.FOUND if found else ReadStatus.NO_MATCHED_MESSAGE
+            return ReadResult(status, tuple(found), next_offset, low, high)
+
+    def _message_locked(self, entry: Entry) -> StoredMessage:
+        record = self.commitlog.read(entry.physical_offset, entry.size)
+        return StoredMessage(
+            topic=record.topic,
+            queue_id=record.queue_id,
+            queue_offset=record.queue_offset,
+            physical_offset=record.physical_offset,
+            body=record.body,
+            properties=record.properties,
+            born_timestamp_ms=record.born_timestamp_ms,
+            store_timestamp_ms=record.store_timestamp_ms,
+            born_host=record.born_host,
+            reconsume_times=record.reconsume_times,
+            flags=record.flags,
+        )
+
+    async def bounds(self, topic: str, queue_id: int) -> QueueBounds:
+        with self._lock:
+            cq = self._cqs.get((topic, queue_id))
+            if cq is None:
+                config = self.metadata.topics.get(topic)
+                if config is None or not 0 <= queue_id < config.queue_nums:
+                    raise UnknownTopic(f"topic {topic!r} has no queue {queue_id}")
+                return QueueBounds(topic, queue_id, 0, 0)
+            return QueueBounds(topic, queue_id, cq.min_queue_offset, cq.max_queue_offset)
+
+    async def arrivals(self) -> AsyncIterator[Arrival]:
+        listener = _ArrivalListener(asyncio.get_running_loop())
+        with self._lock:
+            self._listeners.add(listener)
+        try:
+            while True:
+                yield await listener.queue.get()
+        finally:
+            with self._lock:
+                self._listeners.discard(listener)
+
+    # ------------------------------------------------------------------ offsets
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        with self._lock:
+            self.offsets.commit(group, topic, queue_id, queue_offset)
+
+    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        with self._lock:
+            return self.offsets.get(group, topic, queue_id)
+
+    async def committed_offsets(self, group: str | None = None) -> list[CommittedOffset]:
+        with self._lock:
+            return self.offsets.rows(group)
+
+    async def delete_offsets(self, group: str, topic: str | None = None) -> None:
+        with self._lock:
+            self.offsets.delete(group, topic)
+
+    # ------------------------------------------------------------------ configuration
+
+    async def put_topic(self, topic: TopicConfig) -> TopicConfig:
+        with self._lock:
+            result = self.metadata.put_topic(topic)
+            self._persist_metadata_locked()
+            return result
+
+    async def delete_topic(self, name: str) -> None:
+        with self._lock:
+            if name not in self.metadata.topics:
+                raise UnknownTopic(f"topic {name!r} does not exist")
+            if names.is_system_topic(name):
+                raise InvalidArgument(f"system topic {name!r} cannot be deleted")
+            self.metadata.delete_topic(name)
+            self.offsets.delete_topic(name)
+            for key in [k for k in self._cqs if k[0] == name]:
+                self._cqs.pop(key).destroy()
+                self._next_queue_offset.pop(key, None)
+            self._persist_metadata_locked()
+
+    async def topics(self) -> list[TopicConfig]:
+        with self._lock:
+            return sorted(self.metadata.topics.values(), key=lambda t: t.name)
+
+    async def put_group(self, group: GroupConfig) -> GroupConfig:
+        with self._lock:
+            result = self.metadata.put_group(group)
+            self._persist_metadata_locked()
+            return result
+
+    async def delete_group(self, name: str) -> None:
+        with self._lock:
+            if not self.metadata.delete_group(name):
+                raise InvalidArgument(f"group {name!r} does not exist")
+            self.offsets.delete(name)
+            self._persist_metadata_locked()
+
+    async def groups(self) -> list[GroupConfig]:
+        with self._lock:
+            return sorted(self.metadata.groups.values(), key=lambda g: g.name)
+
+    async def put_consume_mode(self, mode: ConsumeModeConfig) -> ConsumeModeConfig:
+        with self._lock:
+            result = self.metadata.put_mode(mode)
+            self._persist_metadata_locked()
+            return result
+
+    async def consume_modes(self) -> list[ConsumeModeConfig]:
+        with self._lock:
+            return sorted(self.metadata.modes.values(), key=lambda m: (m.group, m.topic))
+
+    async def set_members(self, members: Sequence[ClusterMember]) -> None:
+        with self._lock:
+            self.metadata.set_members(members)
+            self._persist_metadata_locked()
+
+    async def members(self) -> list[ClusterMember]:
+        with self._lock:
+            return list(self.metadata.members)
+
+    # ------------------------------------------------------------------ retention
+
+    def run_retention(self) -> list[int]:
+        """Delete expired segments now; returns the deleted bases (see ``retention``)."""
+        return self.flusher.run_retention()
+
+    def queue_keys(self) -> list[QueueKey]:
+        with self._lock:
+            return sorted(self._cqs)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._cqs.get((topic, queue_id))
+
+
+def _entry_of(record: fmt.Record) -> Entry:
+    tag = record.properties.get(PROPERTY_TAGS, "")
+    return Entry(
+        record.queue_offset, record.physical_offset, record.total_size, filters.tag_hash(tag)
+    )
+
+
+def small_settings(**overrides: object) -> StoreSettings:
+    """Small segments for tests and the dump tool's self-check."""
+    base = StoreSettings(
+        segment_bytes=256 * 1024,
+        cq_entries_per_file=64,
+        max_body_bytes=64 * 1024,
+        max_properties_bytes=16 * 1024,
+        flush_interval_ms=20,
+        offsets_persist_interval_ms=50,
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
