@@ -1,0 +1,260 @@
+"""``RemoteStore``: the ``StoreApi`` of a store in another process, over gRPC.
+
+Used by the ``popack`` and ``revive`` roles when they run apart from the
+``store`` role (DESIGN §3); ``popbroker all`` uses ``LocalStore`` directly.
+The same contract suite runs against both (``tests/integration/store``).
+
+Behaviour the callers rely on:
+
+* every unary call has a deadline (``timeout_s``, default 10 s) and, by default,
+  waits for the channel to become ready within that deadline, so a store that
+  restarts in a few hundred milliseconds is invisible apart from latency;
+* a failed call raises the ``StoreError`` subclass the store raised, with its
+  message (``errormap``); a store that cannot be reached raises ``StoreClosed``
+  (retriable). After a deadline an ``append`` may or may not have happened;
+* ``arrivals()`` reconnects when the stream breaks (store restart, socket
+  gone), waiting ``RECONNECT_INITIAL_S`` doubling to ``RECONNECT_MAX_S``
+  between attempts and resetting after a stream delivers. Arrivals during a
+  gap are not replayed: they are wake-up hints, and long polling has its own
+  timeout. The iterator ends when the client is closed, and raises on a
+  non-retriable status.
+
+``RemoteStore.connect(target)`` takes a gRPC target: ``unix:/abs/path.sock`` in
+a pod, ``HOST:PORT`` for the pod IP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar, cast
+
+import grpc
+
+from popbroker.store import api, errors
+from popbroker.store.wire import convert, errormap
+from popbroker.store.wire import store_pb2 as pb
+from popbroker.store.wire import store_pb2_grpc as pb_grpc
+from popbroker.store.wire.server import MAX_MESSAGE_BYTES
+
+if TYPE_CHECKING:
+    from popbroker.store.wire.store_pb2_grpc import StoreAsyncStub
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT_S = 10.0
+RECONNECT_INITIAL_S = 0.05
+RECONNECT_MAX_S = 2.0
+
+CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # A store restart should be noticed in ~100 ms, not gRPC's default 1-120 s backoff.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", int(RECONNECT_MAX_S * 1000)),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.enable_http_proxy", 0),  # an HTTP(S)_PROXY in the pod must not catch pod-local calls
+)
+
+_Resp = TypeVar("_Resp")
+
+
+def _error_name(metadata: Any) -> str | None:
+    for key, value in metadata or ():
+        if key == errormap.ERROR_METADATA_KEY:
+            return str(value)
+    return None
+
+
+def _to_store_error(exc: grpc.aio.AioRpcError) -> errors.StoreError:
+    return errormap.error_from_status(
+        exc.code(), exc.details() or "", _error_name(exc.trailing_metadata())
+    )
+
+
+class RemoteStore:
+    """``StoreApi`` over a grpc.aio channel. Create with ``connect``; ``close`` when done."""
+
+    def __init__(
+        self,
+        channel: grpc.aio.Channel,
+        *,
+        target: str,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        wait_for_ready: bool = True,
+    ) -> None:
+        self._channel = channel
+        self._stub = cast("StoreAsyncStub", pb_grpc.StoreStub(channel))
+        self._target = target
+        self._timeout_s = timeout_s
+        self._wait_for_ready = wait_for_ready
+        self._closing = asyncio.Event()
+
+    @classmethod
+    def connect(
+        cls, target: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, wait_for_ready: bool = True
+    ) -> RemoteStore:
+        """A client for the store at ``target``; the channel connects lazily on first use."""
+        channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        return cls(channel, target=target, timeout_s=timeout_s, wait_for_ready=wait_for_ready)
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    async def close(self) -> None:
+        """Close the channel; open ``arrivals()`` iterators end."""
+        self._closing.set()
+        await self._channel.close()
+
+    async def wait_ready(self, timeout_s: float) -> api.StoreInfo:
+        """``info()`` once the store answers, waiting at most ``timeout_s`` for it to come up."""
+        try:
+            response = await self._stub.Info(
+                pb.InfoRequest(), timeout=timeout_s, wait_for_ready=True
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise _to_store_error(exc) from None
+        return convert.info_from_pb(response)
+
+    async def _call(self, rpc: Callable[..., Awaitable[_Resp]], request: object) -> _Resp:
+        try:
+            return await rpc(request, timeout=self._timeout_s, wait_for_ready=self._wait_for_ready)
+        except grpc.aio.AioRpcError as exc:
+            raise _to_store_error(exc) from None
+
+    # ------------------------------------------------------------ data path
+
+    async def info(self) -> api.StoreInfo:
+        return convert.info_from_pb(await self._call(self._stub.Info, pb.InfoRequest()))
+
+    async def append(self, messages: Sequence[api.MessageToAppend]) -> list[api.AppendResult]:
+        request = pb.AppendRequest(messages=[convert.message_to_append_to_pb(m) for m in messages])
+        response = await self._call(self._stub.Append, request)
+        return [convert.append_result_from_pb(r) for r in response.results]
+
+    async def read(
+        self,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        *,
+        max_count: int,
+        tag_filter: str = "*",
+        max_scan: int = 800,
+    ) -> api.ReadResult:
+        with convert.refusing_bad_values("read"):
+            request = pb.ReadRequest(
+                topic=topic,
+                queue_id=queue_id,
+                queue_offset=queue_offset,
+                max_count=max_count,
+                tag_filter=tag_filter,
+                max_scan=max_scan,
+            )
+        return convert.read_result_from_pb(await self._call(self._stub.Read, request))
+
+    async def bounds(self, topic: str, queue_id: int) -> api.QueueBounds:
+        with convert.refusing_bad_values("bounds"):
+            request = pb.BoundsRequest(topic=topic, queue_id=queue_id)
+        return convert.bounds_from_pb(await self._call(self._stub.Bounds, request))
+
+    def arrivals(self) -> AsyncIterator[api.Arrival]:
+        return self._arrivals()
+
+    async def _arrivals(self) -> AsyncIterator[api.Arrival]:
+        delay_s = RECONNECT_INITIAL_S
+        while not self._closing.is_set():
+            call = self._stub.Arrivals(pb.ArrivalsRequest(), wait_for_ready=True)
+            try:
+                async for response in call:
+                    delay_s = RECONNECT_INITIAL_S
+                    for arrival in response.arrivals:
+                        yield convert.arrival_from_pb(arrival)
+                failure: errors.StoreError = errors.StoreClosed("arrival stream ended")
+            except grpc.aio.AioRpcError as exc:
+                if self._closing.is_set():
+                    return
+                failure = _to_store_error(exc)
+            finally:
+                call.cancel()
+            if not failure.retriable:
+                raise failure
+            log.info(
+                "store wire: arrival stream from %s broke (%s); reconnecting in %.2fs",
+                self._target,
+                failure,
+                delay_s,
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), delay_s)
+            delay_s = min(delay_s * 2, RECONNECT_MAX_S)
+
+    # ------------------------------------------------------------ offsets
+
+    async def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+        with convert.refusing_bad_values("commit_offset"):
+            request = pb.CommitOffsetRequest(
+                group=group, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+            )
+        await self._call(self._stub.CommitOffset, request)
+
+    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        with convert.refusing_bad_values("committed_offset"):
+            request = pb.CommittedOffsetRequest(group=group, topic=topic, queue_id=queue_id)
+        response = await self._call(self._stub.CommittedOffset, request)
+        return response.queue_offset if response.HasField("queue_offset") else None
+
+    async def committed_offsets(self, group: str | None = None) -> list[api.CommittedOffset]:
+        request = pb.CommittedOffsetsRequest(group=group)
+        response = await self._call(self._stub.CommittedOffsets, request)
+        return [convert.committed_offset_from_pb(r) for r in response.offsets]
+
+    async def delete_offsets(self, group: str, topic: str | None = None) -> None:
+        await self._call(
+            self._stub.DeleteOffsets, pb.DeleteOffsetsRequest(group=group, topic=topic)
+        )
+
+    # ------------------------------------------------------------ configuration
+
+    async def put_topic(self, topic: api.TopicConfig) -> api.TopicConfig:
+        request = pb.PutTopicRequest(topic=convert.topic_to_pb(topic))
+        return convert.topic_from_pb(await self._call(self._stub.PutTopic, request))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._call(self._stub.DeleteTopic, pb.DeleteTopicRequest(name=name))
+
+    async def topics(self) -> list[api.TopicConfig]:
+        response = await self._call(self._stub.Topics, pb.TopicsRequest())
+        return [convert.topic_from_pb(t) for t in response.topics]
+
+    async def put_group(self, group: api.GroupConfig) -> api.GroupConfig:
+        request = pb.PutGroupRequest(group=convert.group_to_pb(group))
+        return convert.group_from_pb(await self._call(self._stub.PutGroup, request))
+
+    async def delete_group(self, name: str) -> None:
+        await self._call(self._stub.DeleteGroup, pb.DeleteGroupRequest(name=name))
+
+    async def groups(self) -> list[api.GroupConfig]:
+        response = await self._call(self._stub.Groups, pb.GroupsRequest())
+        return [convert.group_from_pb(g) for g in response.groups]
+
+    async def put_consume_mode(self, mode: api.ConsumeModeConfig) -> api.ConsumeModeConfig:
+        request = pb.PutConsumeModeRequest(mode=convert.consume_mode_to_pb(mode))
+        return convert.consume_mode_from_pb(await self._call(self._stub.PutConsumeMode, request))
+
+    async def consume_modes(self) -> list[api.ConsumeModeConfig]:
+        response = await self._call(self._stub.ConsumeModes, pb.ConsumeModesRequest())
+        return [convert.consume_mode_from_pb(m) for m in response.modes]
+
+    async def set_members(self, members: Sequence[api.ClusterMember]) -> None:
+        request = pb.SetMembersRequest(members=[convert.member_to_pb(m) for m in members])
+        await self._call(self._stub.SetMembers, request)
+
+    async def members(self) -> list[api.ClusterMember]:
+        response = await self._call(self._stub.Members, pb.MembersRequest())
+        return [convert.member_from_pb(m) for m in response.members]

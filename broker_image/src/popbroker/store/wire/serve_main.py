@@ -1,0 +1,114 @@
+"""Run a ``LocalStore`` behind the store wire API until SIGTERM/SIGINT.
+
+    python -m popbroker.store.wire.serve_main --data-dir DIR --socket PATH [--listen HOST:PORT]
+
+The subprocess entry of the cross-process contract suite and of the store
+benchmarks; ``popbroker store --data-dir DIR --socket PATH`` is meant to call
+``run`` with the same arguments. Readiness is the store answering ``Info``
+(``RemoteStore.wait_ready``), not a line on stdout.
+
+Shutdown, in order: stop accepting calls and give running ones ``--grace-s``;
+close the store (final flush, checkpoint, lock released). Exit status 0 after a
+clean stop, 2 when the store cannot be opened or the socket cannot be bound.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from popbroker.store import errors
+from popbroker.store.api import FlushMode
+from popbroker.store.local import LocalStore
+from popbroker.store.settings import StoreSettings
+from popbroker.store.wire import server
+
+log = logging.getLogger(__name__)
+
+_DEFAULTS = StoreSettings()
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m popbroker.store.wire.serve_main")
+    parser.add_argument("--data-dir", type=Path, required=True)
+    parser.add_argument("--socket", type=Path, help="Unix socket path to serve on")
+    parser.add_argument(
+        "--listen", help="HOST:PORT to serve on (the pod IP, never a fixed localhost port)"
+    )
+    parser.add_argument("--cluster", default=_DEFAULTS.cluster)
+    parser.add_argument("--broker-name", default=_DEFAULTS.broker_name)
+    parser.add_argument(
+        "--flush-mode", choices=[m.value for m in FlushMode], default=FlushMode.ASYNC.value
+    )
+    parser.add_argument("--flush-interval-ms", type=int, default=_DEFAULTS.flush_interval_ms)
+    parser.add_argument("--segment-bytes", type=int, default=_DEFAULTS.segment_bytes)
+    parser.add_argument("--grace-s", type=float, default=2.0)
+    parser.add_argument("--log-level", default="INFO")
+    args = parser.parse_args(argv)
+    if args.socket is None and args.listen is None:
+        parser.error("give --socket, --listen or both")
+    return args
+
+
+def settings_from(args: argparse.Namespace) -> StoreSettings:
+    return StoreSettings(
+        cluster=args.cluster,
+        broker_name=args.broker_name,
+        flush_mode=FlushMode(args.flush_mode),
+        flush_interval_ms=args.flush_interval_ms,
+        segment_bytes=args.segment_bytes,
+    )
+
+
+async def run(
+    data_dir: Path,
+    settings: StoreSettings,
+    *,
+    socket_path: Path | None,
+    listen: str | None,
+    grace_s: float = 2.0,
+) -> None:
+    """Open the store, serve it until a termination signal, then stop in order."""
+    store = LocalStore.open(data_dir, settings)
+    try:
+        grpc_server = await server.serve(store, socket_path=socket_path, listen=listen)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)
+        await stop.wait()
+        log.info("store wire: stopping")
+        await grpc_server.stop(grace_s)
+    finally:
+        await store.close()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        settings = settings_from(args)
+        asyncio.run(
+            run(
+                args.data_dir,
+                settings,
+                socket_path=args.socket,
+                listen=args.listen,
+                grace_s=args.grace_s,
+            )
+        )
+    except (errors.StoreError, OSError, ValueError, RuntimeError) as exc:
+        print(f"popbroker store: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

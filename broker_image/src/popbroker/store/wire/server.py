@@ -1,0 +1,362 @@
+"""Serve any ``StoreApi`` as the ``popbroker.store.v1.Store`` gRPC service (grpc.aio).
+
+The ``store`` role calls ``serve(local_store, socket_path=...)``; the other roles
+reach it with ``popbroker.store.wire.client.RemoteStore``. Inside a pod the roles
+meet on a Unix socket in the shared volume (``unix:PATH``) or on the pod IP
+(``listen="POD_IP:PORT"``), never on a fixed localhost port, so several broker
+pods can share one host.
+
+This module is an edge: each RPC converts the request (``convert``), awaits the
+store, converts the answer. A ``StoreError`` ends the call with the status from
+``errormap`` and the error's name in trailing metadata; any other exception is
+logged here and answered as INTERNAL, so bad input never crashes the role.
+
+``Arrivals`` forwards the store's arrival iterator. A pump task reads it into a
+bounded queue while the stream writes, and each write carries everything queued
+by then (up to ``ARRIVALS_BATCH``), so a burst of appends costs one HTTP/2 frame,
+not one per entry. When the client goes away the pump is cancelled and the
+store's iterator closed.
+"""
+
+# ruff: noqa: N802 -- servicer methods carry the gRPC method names (Info, Append, ...)
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import functools
+import logging
+import os
+import socket
+import stat
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+
+from popbroker.store import api, errors
+from popbroker.store.wire import convert, errormap
+from popbroker.store.wire import store_pb2 as pb
+from popbroker.store.wire import store_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+# A read answers at most max_count bodies of up to 4 MiB each (32 for a POP batch);
+# 256 MiB leaves room for that plus headers while still bounding a runaway message.
+MAX_MESSAGE_BYTES = 256 * 1024 * 1024
+ARRIVALS_BATCH = 512
+ARRIVALS_QUEUE = 8192
+SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+
+SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # The roles stay connected for the life of the pod; keep idle streams alive.
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.so_reuseport", 0),
+)
+
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Servicer = TypeVar("_Servicer", bound="StoreServicer")
+
+
+async def _abort(context: grpc.aio.ServicerContext, exc: errors.StoreError) -> None:
+    code, name = errormap.status_for(exc)
+    await context.abort(code, str(exc), trailing_metadata=((errormap.ERROR_METADATA_KEY, name),))
+
+
+def _internal(method: str, exc: Exception) -> errors.StoreError:
+    log.exception("store wire: %s failed unexpectedly", method)
+    return errors.StoreError(f"internal error in {method}: {type(exc).__name__}: {exc}")
+
+
+def _answering(
+    method: Callable[[_Servicer, _Req, Any], Awaitable[_Resp]],
+) -> Callable[[_Servicer, _Req, Any], Awaitable[_Resp]]:
+    """Wrap a unary RPC so every failure becomes a status (see the module docstring)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: _Servicer, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
+        try:
+            return await method(self, request, context)
+        except errors.StoreError as exc:
+            failure = exc
+        except Exception as exc:  # noqa: BLE001 -- the edge: log and answer INTERNAL
+            failure = _internal(method.__name__, exc)
+        await _abort(context, failure)
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    return wrapper
+
+
+class StoreServicer(pb_grpc.StoreServicer):
+    """The ``Store`` service over one ``StoreApi`` implementation."""
+
+    def __init__(self, store: api.StoreApi) -> None:
+        self._store = store
+
+    @_answering
+    async def Info(
+        self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.StoreInfo:
+        return convert.info_to_pb(await self._store.info())
+
+    @_answering
+    async def Append(
+        self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
+    ) -> pb.AppendResponse:
+        messages = [convert.message_to_append_from_pb(m) for m in request.messages]
+        results = await self._store.append(messages)
+        return pb.AppendResponse(results=[convert.append_result_to_pb(r) for r in results])
+
+    @_answering
+    async def Read(
+        self, request: pb.ReadRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ReadResponse:
+        result = await self._store.read(
+            request.topic,
+            request.queue_id,
+            request.queue_offset,
+            max_count=request.max_count,
+            tag_filter=request.tag_filter,
+            max_scan=request.max_scan,
+        )
+        return convert.read_result_to_pb(result)
+
+    @_answering
+    async def Bounds(
+        self, request: pb.BoundsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.QueueBounds:
+        return convert.bounds_to_pb(await self._store.bounds(request.topic, request.queue_id))
+
+    async def Arrivals(
+        self, request: pb.ArrivalsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ArrivalsResponse]:
+        queue: asyncio.Queue[api.Arrival | BaseException] = asyncio.Queue(ARRIVALS_QUEUE)
+        pump = asyncio.create_task(_pump_arrivals(self._store.arrivals(), queue))
+        failure: BaseException | None = None
+        try:
+            while True:
+                batch: list[pb.Arrival] = []
+                item = await queue.get()
+                while True:
+                    if isinstance(item, BaseException):
+                        failure = item
+                        break
+                    batch.append(convert.arrival_to_pb(item))
+                    if len(batch) >= ARRIVALS_BATCH or queue.empty():
+                        failure = None
+                        break
+                    item = queue.get_nowait()
+                if batch:
+                    yield pb.ArrivalsResponse(arrivals=batch)
+                if failure is not None:
+                    break
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        if isinstance(failure, errors.StoreError):
+            await _abort(context, failure)
+        elif isinstance(failure, Exception):
+            await _abort(context, _internal("Arrivals", failure))
+
+    @_answering
+    async def CommitOffset(
+        self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommitOffsetResponse:
+        await self._store.commit_offset(
+            request.group, request.topic, request.queue_id, request.queue_offset
+        )
+        return pb.CommitOffsetResponse()
+
+    @_answering
+    async def CommittedOffset(
+        self, request: pb.CommittedOffsetRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommittedOffsetResponse:
+        queue_offset = await self._store.committed_offset(
+            request.group, request.topic, request.queue_id
+        )
+        return pb.CommittedOffsetResponse(queue_offset=queue_offset)
+
+    @_answering
+    async def CommittedOffsets(
+        self, request: pb.CommittedOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CommittedOffsetsResponse:
+        group = request.group if request.HasField("group") else None
+        rows = await self._store.committed_offsets(group)
+        return pb.CommittedOffsetsResponse(
+            offsets=[convert.committed_offset_to_pb(r) for r in rows]
+        )
+
+    @_answering
+    async def DeleteOffsets(
+        self, request: pb.DeleteOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteOffsetsResponse:
+        topic = request.topic if request.HasField("topic") else None
+        await self._store.delete_offsets(request.group, topic)
+        return pb.DeleteOffsetsResponse()
+
+    @_answering
+    async def PutTopic(
+        self, request: pb.PutTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicConfig:
+        if not request.HasField("topic"):
+            raise errors.InvalidArgument("topic: missing")
+        stored = await self._store.put_topic(convert.topic_from_pb(request.topic))
+        return convert.topic_to_pb(stored)
+
+    @_answering
+    async def DeleteTopic(
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteTopicResponse:
+        await self._store.delete_topic(request.name)
+        return pb.DeleteTopicResponse()
+
+    @_answering
+    async def Topics(
+        self, request: pb.TopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.TopicsResponse:
+        return pb.TopicsResponse(
+            topics=[convert.topic_to_pb(t) for t in await self._store.topics()]
+        )
+
+    @_answering
+    async def PutGroup(
+        self, request: pb.PutGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GroupConfig:
+        if not request.HasField("group"):
+            raise errors.InvalidArgument("group: missing")
+        stored = await self._store.put_group(convert.group_from_pb(request.group))
+        return convert.group_to_pb(stored)
+
+    @_answering
+    async def DeleteGroup(
+        self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupResponse:
+        await self._store.delete_group(request.name)
+        return pb.DeleteGroupResponse()
+
+    @_answering
+    async def Groups(
+        self, request: pb.GroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GroupsResponse:
+        return pb.GroupsResponse(
+            groups=[convert.group_to_pb(g) for g in await self._store.groups()]
+        )
+
+    @_answering
+    async def PutConsumeMode(
+        self, request: pb.PutConsumeModeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumeModeConfig:
+        if not request.HasField("mode"):
+            raise errors.InvalidArgument("mode: missing")
+        stored = await self._store.put_consume_mode(convert.consume_mode_from_pb(request.mode))
+        return convert.consume_mode_to_pb(stored)
+
+    @_answering
+    async def ConsumeModes(
+        self, request: pb.ConsumeModesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumeModesResponse:
+        modes = await self._store.consume_modes()
+        return pb.ConsumeModesResponse(modes=[convert.consume_mode_to_pb(m) for m in modes])
+
+    @_answering
+    async def SetMembers(
+        self, request: pb.SetMembersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetMembersResponse:
+        await self._store.set_members([convert.member_from_pb(m) for m in request.members])
+        return pb.SetMembersResponse()
+
+    @_answering
+    async def Members(
+        self, request: pb.MembersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.MembersResponse:
+        members = await self._store.members()
+        return pb.MembersResponse(members=[convert.member_to_pb(m) for m in members])
+
+
+async def _pump_arrivals(
+    source: AsyncIterator[api.Arrival], queue: asyncio.Queue[api.Arrival | BaseException]
+) -> None:
+    """Copy arrivals into ``queue``; a failure is queued as the last item."""
+    try:
+        async for arrival in source:
+            await queue.put(arrival)
+        await queue.put(errors.StoreClosed("the store's arrival stream ended"))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- handed to the stream, which answers it
+        await queue.put(exc)
+    finally:
+        aclose = getattr(source, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(Exception):
+                await aclose()
+
+
+def build_server(store: api.StoreApi) -> grpc.aio.Server:
+    """A server with the ``Store`` service and no ports yet (``serve`` binds and starts)."""
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    pb_grpc.add_StoreServicer_to_server(StoreServicer(store), server)
+    return server
+
+
+def unix_target(socket_path: Path | str) -> str:
+    """The gRPC target of a Unix socket path (absolute, so the URI is unambiguous)."""
+    return f"unix:{Path(socket_path).absolute()}"
+
+
+def remove_stale_socket(socket_path: Path) -> None:
+    """Unlink a socket file left by a dead store; refuse if a live one answers on it.
+
+    The roles of a pod share the volume, so a restarted store finds its old socket.
+    Anything at the path that is not a socket is left alone and refused.
+    """
+    try:
+        mode = socket_path.lstat().st_mode
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(mode):
+        raise FileExistsError(f"{socket_path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(str(socket_path))
+    except OSError as exc:
+        if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+            raise
+        socket_path.unlink(missing_ok=True)
+        return
+    finally:
+        probe.close()
+    raise FileExistsError(f"another process is serving on {socket_path}")
+
+
+async def serve(
+    store: api.StoreApi, *, socket_path: Path | str | None = None, listen: str | None = None
+) -> grpc.aio.Server:
+    """Start serving ``store`` on a Unix socket and/or ``HOST:PORT``; returns the started server.
+
+    Stop it with ``await server.stop(grace_s)``; the socket file is removed by gRPC.
+    """
+    if socket_path is None and listen is None:
+        raise ValueError("serve needs socket_path, listen or both")
+    server = build_server(store)
+    if socket_path is not None:
+        path = Path(socket_path).absolute()
+        if len(os.fsencode(path)) > SUN_PATH_MAX:
+            raise ValueError(f"socket path longer than {SUN_PATH_MAX} bytes: {path}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_socket(path)
+        server.add_insecure_port(unix_target(path))
+    if listen is not None:
+        server.add_insecure_port(listen)
+    await server.start()
+    log.info("store wire: serving on %s", ", ".join(str(t) for t in (socket_path, listen) if t))
+    return server
