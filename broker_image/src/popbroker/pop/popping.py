@@ -1,0 +1,234 @@
+"""Pop planning: request validation, queue visiting order, pop offsets and ``rest_num``.
+
+Purpose: every decision of a ``ReceiveMessage`` (POP) request that needs no
+I/O, as pure functions. Randomness is injected as integers so tests are
+deterministic (fact sheet §1.3-§1.7).
+
+A pop request, as numbered steps (the services layer drives them):
+
+  1. Validate: :func:`validate_batch_size` (1..32), :func:`validate_invisible_ms`
+     against :data:`RECEIVE_INVISIBLE_BOUNDS`, queue id via :func:`plan_visits`.
+  2. Pick one ``pop_time_ms`` (= now) and one revive queue for the whole
+     request, round-robin over a per-broker request counter
+     (:func:`choose_revive_queue_id`; FIFO uses 999 and writes no CK).
+  3. Draw ``random_percent`` in 0..99: :func:`retry_first` is true for
+     ``random_percent < 20`` (1 in 5, RocketMQ's ``popFromRetryProbability``).
+  4. :func:`plan_visits` orders the queues: the retry topic first when
+     ``retry_first`` (never for FIFO), then the requested queue — or all
+     queues, starting at ``(random_percent + i) % read_queue_num`` when the
+     queue id is -1 — then the retry topic as filler when it was not first.
+  5. Per queue: try the queue lock (contended → skip, :func:`rest_contribution`
+     counts ``max - pop offset``); compute the pop offset with
+     :func:`pop_offset` under the lock; read at most the remaining batch
+     (:func:`remaining_batch`); register the CK; unlock; add the backlog
+     behind the read to ``rest_num``.
+
+Pop offset decisions (fact sheet §1.5):
+
+  * A pending server-side reset wins, and the caller must clear the queue's
+    checkpoint-buffer deque and FIFO block and commit the reset offset.
+  * Otherwise ``max(committed or initial offset, pop cursor)`` — the pop
+    cursor is the checkpoint buffer's ``latest_begin_offset`` (end of the
+    newest in-flight batch), so in-flight offsets are never handed out twice.
+  * Initial offset of a group that never committed on the queue
+    (:func:`init_queue_offset`): retry topics and ``InitMode.MIN`` start at
+    the queue's min offset. ``InitMode.MAX`` (what gRPC consumers use) starts
+    at 0 when the queue is "young" — its min offset is still 0, i.e. the
+    store still holds the queue's first message; our stand-in for
+    RocketMQ's "offset 0 is still in the page cache" — and otherwise at
+    ``max(min, max - 1)`` ("pop the last one").
+
+Invisible time bounds (decided): a receive accepts 1 s .. 12 h (RocketMQ's
+proxy has 10 s .. 12 h; we allow 1 s so short-deadline tests and consumers
+work — short CKs bypass the buffer and are written at once). A change of
+invisible time accepts 0 .. 12 h (0 = visible again as soon as revive runs).
+
+Callers: the popack services' ReceiveMessage handler.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from popbroker.pop import errors, receipts, retrytopics
+
+MAX_BATCH_SIZE = 32
+POP_RETRY_PROBABILITY_PERCENT = 20
+ALL_QUEUES = -1
+DEFAULT_REVIVE_QUEUE_NUM = 8
+
+
+@dataclass(frozen=True, slots=True)
+class InvisibleTimeBounds:
+    """Inclusive bounds of an invisible time, in milliseconds."""
+
+    min_ms: int
+    max_ms: int
+
+
+RECEIVE_INVISIBLE_BOUNDS = InvisibleTimeBounds(
+    min_ms=1_000, max_ms=receipts.MAX_HANDLE_INVISIBLE_MS
+)
+CHANGE_INVISIBLE_BOUNDS = InvisibleTimeBounds(min_ms=0, max_ms=receipts.MAX_HANDLE_INVISIBLE_MS)
+
+
+class InitMode(enum.Enum):
+    """Where a group without a committed offset starts (RocketMQ ``ConsumeInitMode``)."""
+
+    MIN = 0
+    MAX = 1
+
+
+class VisitOutcome(enum.Enum):
+    """How one queue visit of a pop ended, for ``rest_num`` accounting."""
+
+    READ = "read"  # messages (or an empty scan) read up to next_begin
+    LOCKED = "locked"  # queue lock contended: skipped
+    BATCH_FULL = "batch_full"  # the batch was already full: skipped
+    OVER_THRESHOLD = "over_threshold"  # too many in-flight messages: skipped
+    FIFO_BLOCKED = "fifo_blocked"  # FIFO queue blocked: adds nothing (#8592)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueVisit:
+    """One queue to visit, in order."""
+
+    topic: str
+    queue_id: int
+    is_retry: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PopStart:
+    """Where a pop of one queue starts and what the caller must do first."""
+
+    queue_offset: int
+    reset_applied: bool  # commit it, clear the buffer deque and FIFO block
+    initialized: bool  # no committed offset existed: commit ``queue_offset``
+
+
+def validate_batch_size(max_messages: int) -> int:
+    """Return ``max_messages`` if within 1..32, else raise :class:`IllegalBatchSize`."""
+    if not 1 <= max_messages <= MAX_BATCH_SIZE:
+        raise errors.IllegalBatchSize(f"batch size {max_messages} outside 1..{MAX_BATCH_SIZE}")
+    return max_messages
+
+
+def validate_invisible_ms(
+    invisible_ms: int, bounds: InvisibleTimeBounds = RECEIVE_INVISIBLE_BOUNDS
+) -> int:
+    """Return ``invisible_ms`` if within ``bounds``, else raise :class:`IllegalInvisibleTime`."""
+    if not bounds.min_ms <= invisible_ms <= bounds.max_ms:
+        raise errors.IllegalInvisibleTime(
+            f"invisible time {invisible_ms} ms outside {bounds.min_ms}..{bounds.max_ms} ms"
+        )
+    return invisible_ms
+
+
+def choose_revive_queue_id(request_seq: int, *, revive_queue_num: int, fifo: bool) -> int:
+    """Revive queue of the request number ``request_seq``: round-robin, 999 for FIFO."""
+    if fifo:
+        return receipts.FIFO_REVIVE_QUEUE_ID
+    if revive_queue_num <= 0:
+        raise errors.IllegalQueueId("revive_queue_num must be positive")
+    return request_seq % revive_queue_num
+
+
+def retry_first(
+    random_percent: int, *, probability_percent: int = POP_RETRY_PROBABILITY_PERCENT
+) -> bool:
+    """True when this request reads the retry topic first (``random_percent`` in 0..99)."""
+    return random_percent % 100 < probability_percent
+
+
+def plan_visits(
+    *,
+    topic: str,
+    group: str,
+    queue_id: int,
+    read_queue_num: int,
+    random_percent: int,
+    fifo: bool,
+    retry_queue_num: int = 1,
+) -> tuple[QueueVisit, ...]:
+    """The queues one pop request visits, in order (step 4 of the module docstring).
+
+    Any negative ``queue_id`` means all queues; a queue id ``>= read_queue_num``
+    raises :class:`IllegalQueueId`.
+    """
+    if queue_id >= read_queue_num:
+        raise errors.IllegalQueueId(f"queue {queue_id} >= read queue number {read_queue_num}")
+    if queue_id < 0:
+        normal = tuple(
+            QueueVisit(topic, (random_percent + i) % read_queue_num, is_retry=False)
+            for i in range(read_queue_num)
+        )
+    else:
+        normal = (QueueVisit(topic, queue_id, is_retry=False),)
+    if fifo:
+        return normal
+    retry_name = retrytopics.retry_topic(group, topic)
+    retry = tuple(QueueVisit(retry_name, i, is_retry=True) for i in range(retry_queue_num))
+    if retry_first(random_percent):
+        return retry + normal
+    return normal + retry
+
+
+def init_queue_offset(
+    *, topic: str, init_mode: InitMode, min_queue_offset: int, max_queue_offset: int
+) -> int:
+    """Start offset for a group with no committed offset on the queue (see module docstring)."""
+    if init_mode is InitMode.MIN or retrytopics.is_retry_topic(topic):
+        return min_queue_offset
+    if min_queue_offset <= 0:
+        return 0
+    return max(min_queue_offset, max_queue_offset - 1)
+
+
+def pop_offset(
+    *,
+    committed_queue_offset: int | None,
+    pending_reset_queue_offset: int | None,
+    pop_cursor: int | None,
+    init_queue_offset: int,
+) -> PopStart:
+    """Where to pop the queue: reset, else ``max(committed or init, pop cursor)``."""
+    if pending_reset_queue_offset is not None:
+        return PopStart(pending_reset_queue_offset, reset_applied=True, initialized=False)
+    initialized = committed_queue_offset is None
+    base = init_queue_offset if committed_queue_offset is None else committed_queue_offset
+    if pop_cursor is not None and pop_cursor > base:
+        base = pop_cursor
+    return PopStart(base, reset_applied=False, initialized=initialized)
+
+
+def remaining_batch(max_messages: int, already_read: int) -> int:
+    """How many more messages this request may read (0 = batch full)."""
+    return max(0, max_messages - already_read)
+
+
+def rest_contribution(
+    outcome: VisitOutcome,
+    *,
+    max_queue_offset: int,
+    pop_queue_offset: int,
+    next_begin_queue_offset: int | None = None,
+) -> int:
+    """Backlog one visit adds to ``rest_num`` (fact sheet §1.7).
+
+    A read adds ``max - next_begin``; a skipped queue ``max - pop offset``; a
+    blocked FIFO queue nothing, so its arrivals cause no useless wake-ups.
+    """
+    if outcome is VisitOutcome.FIFO_BLOCKED:
+        return 0
+    if outcome is VisitOutcome.READ:
+        end = pop_queue_offset if next_begin_queue_offset is None else next_begin_queue_offset
+        return max(0, max_queue_offset - end)
+    return max(0, max_queue_offset - pop_queue_offset)
+
+
+def total_rest(contributions: Sequence[int]) -> int:
+    """Sum of visit contributions: the response's ``rest_num``."""
+    return sum(contributions)
