@@ -176,6 +176,10 @@ class RemoteStore:
                     for arrival in response.arrivals:
                         yield convert.arrival_from_pb(arrival)
                 failure: errors.StoreError = errors.StoreClosed("arrival stream ended")
+            except asyncio.CancelledError:
+                if self._closing.is_set():  # close() cancels the call locally: the end
+                    return
+                raise
             except grpc.aio.AioRpcError as exc:
                 if self._closing.is_set():
                     return

@@ -347,16 +347,21 @@ async def serve(
     """
     if socket_path is None and listen is None:
         raise ValueError("serve needs socket_path, listen or both")
-    server = build_server(store)
-    if socket_path is not None:
-        path = Path(socket_path).absolute()
+    path = None if socket_path is None else Path(socket_path).absolute()
+    if path is not None:
         if len(os.fsencode(path)) > SUN_PATH_MAX:
             raise ValueError(f"socket path longer than {SUN_PATH_MAX} bytes: {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_socket(path)
-        server.add_insecure_port(unix_target(path))
-    if listen is not None:
-        server.add_insecure_port(listen)
-    await server.start()
+    server = build_server(store)
+    try:
+        if path is not None:
+            server.add_insecure_port(unix_target(path))
+        if listen is not None:
+            server.add_insecure_port(listen)
+        await server.start()
+    except BaseException:
+        await server.stop(None)
+        raise
     log.info("store wire: serving on %s", ", ".join(str(t) for t in (socket_path, listen) if t))
     return server
