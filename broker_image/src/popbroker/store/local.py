@@ -36,7 +36,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -116,6 +116,27 @@ class _ArrivalListener:
             self.queue.put_nowait(arrival)
         except asyncio.QueueFull:
             self.dropped += 1
+
+
+class ArrivalStream:
+    """An async iterator of arrivals, registered from its creation; ``aclose`` ends it."""
+
+    def __init__(self, store: LocalStore, listener: _ArrivalListener) -> None:
+        self._store = store
+        self._listener = listener
+
+    def __aiter__(self) -> ArrivalStream:
+        return self
+
+    async def __anext__(self) -> Arrival:
+        return await self._listener.queue.get()
+
+    async def aclose(self) -> None:
+        self._store._unsubscribe(self._listener)
+
+    @property
+    def dropped(self) -> int:
+        return self._listener.dropped
 
 
 class LocalStore:
@@ -617,16 +638,16 @@ class LocalStore:
                 return QueueBounds(topic, queue_id, 0, 0)
             return QueueBounds(topic, queue_id, cq.min_queue_offset, cq.max_queue_offset)
 
-    async def arrivals(self) -> AsyncIterator[Arrival]:
+    def arrivals(self) -> ArrivalStream:
+        """Subscribe now: every entry dispatched after this call is delivered."""
         listener = _ArrivalListener(asyncio.get_running_loop())
         with self._lock:
             self._listeners.add(listener)
-        try:
-            while True:
-                yield await listener.queue.get()
-        finally:
-            with self._lock:
-                self._listeners.discard(listener)
+        return ArrivalStream(self, listener)
+
+    def _unsubscribe(self, listener: _ArrivalListener) -> None:
+        with self._lock:
+            self._listeners.discard(listener)
 
     # ------------------------------------------------------------------ offsets
 

@@ -24,10 +24,10 @@ SYSTEM_PREFIX = "rmq_sys_"
 
 def validate_name(name: str, *, kind: str) -> str:
     """Return ``name`` if it is a legal user topic/group name, else raise ``InvalidName``."""
-    if not NAME_PATTERN.fullmatch(name):
-        raise InvalidName(f"{kind} name {name!r} must match ^[%a-zA-Z0-9_-]{{1,127}}$")
     if name.startswith((RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX)):
         raise InvalidName(f"{kind} name {name!r} uses a reserved system prefix")
+    if not NAME_PATTERN.fullmatch(name):
+        raise InvalidName(f"{kind} name {name!r} must match ^[%a-zA-Z0-9_-]{{1,127}}$")
     return name
 
 

@@ -1,0 +1,51 @@
+"""Fixtures for the store contract suite: one ``store`` per implementation.
+
+Every test that takes ``store`` runs against each implementation of ``StoreApi``
+(STYLE §11): the in-process ``LocalStore`` and, once wired, ``RemoteStore`` talking
+to a store process over a Unix socket.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import pytest
+
+from popbroker.store.api import FlushMode, StoreApi, TopicConfig
+from popbroker.store.local import LocalStore, small_settings
+
+IMPLEMENTATIONS = ["local"]
+
+
+@pytest.fixture(params=IMPLEMENTATIONS)
+def implementation(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(params=[FlushMode.ASYNC, FlushMode.SYNC], ids=["async", "sync"])
+def flush_mode(request: pytest.FixtureRequest) -> FlushMode:
+    mode: FlushMode = request.param
+    return mode
+
+
+@pytest.fixture
+async def store(
+    tmp_path: Path, implementation: str, flush_mode: FlushMode
+) -> AsyncIterator[StoreApi]:
+    local = LocalStore.open(tmp_path / "data", small_settings(flush_mode=flush_mode))
+    try:
+        await local.put_topic(TopicConfig("orders", read_queue_nums=4, write_queue_nums=4))
+        yield local
+    finally:
+        await local.close()
+
+
+@pytest.fixture
+def open_local(tmp_path: Path) -> Callable[..., LocalStore]:
+    """Open (or reopen) a LocalStore in one directory; closes what it opened."""
+
+    def _open(**overrides: object) -> LocalStore:
+        return LocalStore.open(tmp_path / "data", small_settings(**overrides))
+
+    return _open
