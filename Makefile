@@ -51,7 +51,7 @@ bench: $(STAMP) ## run the benchmarks; JSON lands in bench/results/
 	$(PY) -m bench.run
 
 demo: $(STAMP) ## run a local broker on the embedded default (see README)
-	$(VENV)/bin/popbroker all --data-dir $${DATA_DIR:-/tmp/popfleet-demo} --listen 127.0.0.1:8081 --admin-listen 127.0.0.1:9081
+	$(VENV)/bin/popbroker demo
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

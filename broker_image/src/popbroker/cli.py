@@ -1,0 +1,41 @@
+"""``popbroker``: one command, one subcommand per role (DESIGN §3).
+
+    popbroker store --data-dir DIR --socket PATH [--listen HOST:PORT] [--flush-mode sync|async]
+    popbroker demo  [--data-dir DIR]
+
+``store`` serves the store API on a Unix socket in the pod's shared volume (the
+``popack`` and ``revive`` roles connect there). ``demo`` is what ``make demo``
+runs today: a store process on a scratch directory, sample traffic through the
+wire API, a dump of what landed, then it keeps serving until interrupted. The
+client-facing roles (``popack``, ``revive``, ``all``) arrive with the POP engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from popbroker.store.wire import serve_main
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(prog="popbroker", description=__doc__.split("\n\n")[0])
+    parser.add_argument("role", choices=["store", "demo"], help="what to run")
+    if not args or args[0] in ("-h", "--help"):
+        parser.print_help()
+        return 0 if args else 2
+    role, rest = args[0], args[1:]
+    if role == "store":
+        return serve_main.main(rest)
+    if role == "demo":
+        from popbroker import demo  # noqa: PLC0415 - only the demo needs it
+
+        return demo.main(rest)
+    parser.error(f"unknown role {role!r}")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
