@@ -29,12 +29,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     role, rest = args[0], args[1:]
     if role == "store":
         return serve_main.main(rest)
-    if role == "demo":
-        from popbroker import demo  # noqa: PLC0415 - only the demo needs it
+    if role != "demo":
+        parser.error(f"unknown role {role!r}")  # exits
+    from popbroker import demo  # noqa: PLC0415 - only the demo needs it
 
-        return demo.main(rest)
-    parser.error(f"unknown role {role!r}")
-    return 2
+    return demo.main(rest)
 
 
 if __name__ == "__main__":
