@@ -232,10 +232,42 @@ class CommitLog:
         base = position - position % self.segment_bytes
         if any(b > base for b in self.file.bases):
             return True
-        if size <= 0:
-            return False
-        kind, _size, _record, _reason = self._at(position + size)
-        return kind == "record"
+        if size > 0 and self._at(position + size)[0] == "record":
+            return True
+        return self._any_record_after(position)
+
+    def _any_record_after(self, position: int) -> bool:
+        """Whether a verifiable record starts anywhere after ``position`` in its segment.
+
+        A damaged length or magic byte hides where the next record starts, so look
+        for one: every record names its own physical offset and is CRC-covered, so a
+        record that verifies at the position it names is real data behind the damage
+        (rule 3b), not the remains of a torn write. Only runs on the damage path.
+        """
+        base = position - position % self.segment_bytes
+        data = self.file.read(position, self.file.file_end(base) - position)
+        magic = bytes([fmt.MAGIC_MESSAGE_V1])
+        index = data.find(magic, fmt.FILLER_MIN)  # the magic is byte 4 of a record
+        while index != -1:
+            start = index - 4
+            head = data[start : start + fmt.PREFIX_SIZE]
+            found = fmt.probe(
+                head,
+                position_in_segment=(position + start) % self.segment_bytes,
+                segment_bytes=self.segment_bytes,
+            )
+            if found.kind == "record" and start + found.size <= len(data):
+                try:
+                    fmt.decode_record(
+                        data[start : start + found.size],
+                        expected_physical_offset=position + start,
+                    )
+                except fmt.FormatError:
+                    pass
+                else:
+                    return True
+            index = data.find(magic, index + 1)
+        return False
 
     def flush(self) -> None:
         self.file.flush()
