@@ -14,8 +14,9 @@ import pytest
 
 from popbroker.store.api import FlushMode, StoreApi, TopicConfig
 from popbroker.store.local import LocalStore, small_settings
+from tests.integration.store.remote_fixture import store_process_factory
 
-IMPLEMENTATIONS = ["local"]
+IMPLEMENTATIONS = ["local", "remote"]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
