@@ -27,9 +27,9 @@ Rules, as numbered steps:
      queue's commit deque holds ``max_commit_queue_len`` batches — these hard
      bounds keep memory bounded while the store refuses writes (upstream
      #7031/#10256).
-  2. ``due_for_flush`` hands out, oldest first, every in-memory CK with
-     ``revive_time - now < ck_flush_ahead_ms`` (3 s) or ``now - pop_time >
-     ck_stay_ms`` (10 s), plus the oldest ones while more than
+  2. ``due_for_flush`` hands out, oldest deadline first, every in-memory CK
+     with ``now >= revive_time - ck_flush_ahead_ms`` (3 s) or ``now >=
+     pop_time + ck_stay_ms`` (10 s), plus the oldest ones while more than
      ``max_buffered_cks`` are in memory. The CK handed out carries **the
      bitmap known at that moment**; the entry becomes WRITING.
   3. ``ack`` on an IN_MEMORY or WRITING CK sets the bit (``MERGED``). A fully
