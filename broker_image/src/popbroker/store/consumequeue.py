@@ -38,6 +38,13 @@ class ConsumeQueue:
         self.topic = topic
         self.queue_id = queue_id
         self.file = SegmentedFile(directory, entries_per_file * fmt.CQ_ENTRY_SIZE)
+        for base in self.file.bases[:-1]:
+            hole = self.file.file_end(base)
+            if hole < base + self.file.segment_bytes:
+                # a file cut short before later ones: everything from the hole on is
+                # suspect; drop it and let recovery re-index from the commit log
+                self.file.truncate(hole)
+                break
         end = self.file.write_position
         if end % fmt.CQ_ENTRY_SIZE:
             self.file.truncate(end - end % fmt.CQ_ENTRY_SIZE)  # torn last entry

@@ -293,8 +293,14 @@ class LocalStore:
                 log.warning("consume queue %s disagrees with the commit log; re-indexing", key)
                 cq.truncate_to(record.queue_offset)
             if record.queue_offset > cq.max_queue_offset:
-                if cq.max_queue_offset == 0 and not cq.file.bases:
-                    cq.start_at(record.queue_offset)  # head lost with retention or never held
+                if (
+                    cq.max_queue_offset == 0
+                    and not cq.file.bases
+                    and start <= self.commitlog.min_offset
+                ):
+                    # head lost with retention; only provable when the scan began at the
+                    # log's first record (a deleted queue directory is rebuilt instead)
+                    cq.start_at(record.queue_offset)
                 else:
                     damaged.add(key)
                     continue
