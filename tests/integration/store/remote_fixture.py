@@ -1,8 +1,14 @@
 """A real store process behind the wire API, for the cross-process contract suite.
 
-    from tests.integration.store.remote_fixture import spawn_store, store_processes
+    from tests.integration.store.remote_fixture import store_processes  # in a conftest
 
-``spawn_store(data_dir)`` starts ``python -m popbroker.store.wire.serve_main`` on a
+    async def test_x(store_processes):
+        process = store_processes(settings=small_settings(flush_mode=FlushMode.SYNC))
+        remote = await process.connect()   # a RemoteStore on this test's loop
+        ...
+        await remote.close()
+
+``spawn_store(data_dir, settings=...)`` starts ``python -m popbroker.store.wire.serve_main`` on a
 Unix socket, waits until it answers ``Info`` (bounded by ``ready_timeout_s``,
 failing early with its stderr if it exits), and returns a ``StoreProcess``.
 Connect from inside the test's event loop with ``await proc.connect()`` (a
@@ -17,6 +23,7 @@ process it started when the test ends. Sockets live in a short directory under
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -31,6 +38,9 @@ from typing import Protocol
 
 import grpc
 import pytest
+
+from popbroker.store.settings import StoreSettings
+from popbroker.store.wire import serve_main
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire import store_pb2_grpc as pb_grpc
 from popbroker.store.wire.client import RemoteStore
@@ -137,17 +147,28 @@ def short_socket_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="pf-store-", dir="/tmp"))
 
 
+def settings_args(settings: StoreSettings | None) -> tuple[str, ...]:
+    """Arguments that make the store process use exactly ``settings``."""
+    if settings is None:
+        return ()
+    return ("--settings-json", serve_main.settings_to_json(settings))
+
+
 def spawn_store(
     data_dir: Path,
     *,
     socket_path: Path | None = None,
+    settings: StoreSettings | None = None,
     extra_args: Sequence[str] = (),
     ready_timeout_s: float = READY_TIMEOUT_S,
 ) -> StoreProcess:
-    """Start a store process serving ``data_dir`` and wait until it answers."""
+    """Start a store process serving ``data_dir`` and wait until it answers.
+
+    The caller owns it: ``kill()`` or ``terminate()`` it (``store_processes`` does).
+    """
     if socket_path is None:
         socket_path = short_socket_dir() / "store.sock"
-    process = StoreProcess(data_dir, socket_path, tuple(extra_args))
+    process = StoreProcess(data_dir, socket_path, settings_args(settings) + tuple(extra_args))
     return process.start(ready_timeout_s=ready_timeout_s)
 
 
@@ -156,20 +177,22 @@ class SpawnStore(Protocol):
         self,
         data_dir: Path | None = None,
         *,
+        settings: StoreSettings | None = None,
         extra_args: Sequence[str] = (),
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> StoreProcess: ...
 
 
-@pytest.fixture
-def store_processes(tmp_path: Path) -> Iterator[SpawnStore]:
-    """``spawn(data_dir=None, *, extra_args=()) -> StoreProcess``; all killed at teardown."""
+@contextlib.contextmanager
+def store_process_factory(tmp_path: Path) -> Iterator[SpawnStore]:
+    """The factory behind ``store_processes``, for fixtures of other names or scopes."""
     started: list[StoreProcess] = []
     socket_dirs: list[Path] = []
 
     def spawn(
         data_dir: Path | None = None,
         *,
+        settings: StoreSettings | None = None,
         extra_args: Sequence[str] = (),
         ready_timeout_s: float = READY_TIMEOUT_S,
     ) -> StoreProcess:
@@ -178,13 +201,25 @@ def store_processes(tmp_path: Path) -> Iterator[SpawnStore]:
         process = StoreProcess(
             data_dir or tmp_path / f"store-{len(started)}",
             socket_dir / "store.sock",
-            tuple(extra_args),
+            settings_args(settings) + tuple(extra_args),
         )
         started.append(process)
         return process.start(ready_timeout_s=ready_timeout_s)
 
-    yield spawn
-    for process in started:
-        process.kill()
-    for socket_dir in socket_dirs:
-        shutil.rmtree(socket_dir, ignore_errors=True)
+    try:
+        yield spawn
+    finally:
+        for process in started:
+            process.kill()
+        for socket_dir in socket_dirs:
+            shutil.rmtree(socket_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def store_processes(tmp_path: Path) -> Iterator[SpawnStore]:
+    """``spawn(data_dir=None, *, settings=None, extra_args=()) -> StoreProcess``.
+
+    Every process it started is killed by PID when the test ends.
+    """
+    with store_process_factory(tmp_path) as spawn:
+        yield spawn

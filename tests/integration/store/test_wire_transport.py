@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from popbroker.store import api, errors
-from popbroker.store.local import LocalStore
+from popbroker.store.local import LocalStore, small_settings
 from popbroker.store.settings import StoreSettings
 from popbroker.store.wire import server
 from popbroker.store.wire.client import RemoteStore
 from tests.integration.store.remote_fixture import (
     SpawnStore,
     short_socket_dir,
-    store_processes,  # noqa: F401 -- a fixture
+    store_process_factory,
 )
 
 TOPIC = api.TopicConfig("orders", 4, 4)
@@ -38,6 +38,12 @@ def socket_path() -> Iterator[Path]:
     for child in directory.iterdir():
         child.unlink()
     directory.rmdir()
+
+
+@pytest.fixture
+def spawn(tmp_path: Path) -> Iterator[SpawnStore]:
+    with store_process_factory(tmp_path) as factory:
+        yield factory
 
 
 @pytest.fixture
@@ -159,9 +165,9 @@ async def test_serve_replaces_a_stale_socket_and_refuses_a_live_one(
 
 
 async def test_store_process_keeps_acknowledged_appends_across_kill_9(
-    store_processes: SpawnStore, tmp_path: Path
+    spawn: SpawnStore, tmp_path: Path
 ) -> None:
-    process = store_processes(tmp_path / "data", extra_args=["--flush-mode", "sync"])
+    process = spawn(tmp_path / "data", settings=small_settings(flush_mode=api.FlushMode.SYNC))
     client = await process.connect()
     try:
         await client.put_topic(TOPIC)

@@ -6,6 +6,7 @@ import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from popbroker.store import api, errors
 from popbroker.store.wire import convert, errormap
 from popbroker.store.wire import store_pb2 as pb

@@ -12,12 +12,12 @@ Behaviour the callers rely on:
 * a failed call raises the ``StoreError`` subclass the store raised, with its
   message (``errormap``); a store that cannot be reached raises ``StoreClosed``
   (retriable). After a deadline an ``append`` may or may not have happened;
-* ``arrivals()`` reconnects when the stream breaks (store restart, socket
-  gone), waiting ``RECONNECT_INITIAL_S`` doubling to ``RECONNECT_MAX_S``
-  between attempts and resetting after a stream delivers. Arrivals during a
+* ``arrivals()`` subscribes at once -- later calls through this client wait
+  for the store to confirm it, so every later append is announced -- and
+  reconnects when the stream breaks (store restart, socket gone), waiting
+  ``RECONNECT_INITIAL_S`` doubling to ``RECONNECT_MAX_S``. Arrivals during a
   gap are not replayed: they are wake-up hints, and long polling has its own
-  timeout. The iterator ends when the client is closed, and raises on a
-  non-retriable status.
+  timeout. Details in ``popbroker.store.wire.arrivals``.
 
 ``RemoteStore.connect(target)`` takes a gRPC target: ``unix:/abs/path.sock`` in
 a pod, ``HOST:PORT`` for the pod IP.
@@ -26,7 +26,6 @@ a pod, ``HOST:PORT`` for the pod IP.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -37,6 +36,7 @@ from popbroker.store import api, errors
 from popbroker.store.wire import convert, errormap
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire import store_pb2_grpc as pb_grpc
+from popbroker.store.wire.arrivals import ArrivalStream
 from popbroker.store.wire.server import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
@@ -92,7 +92,7 @@ class RemoteStore:
         self._target = target
         self._timeout_s = timeout_s
         self._wait_for_ready = wait_for_ready
-        self._closing = asyncio.Event()
+        self._streams: set[ArrivalStream] = set()
 
     @classmethod
     def connect(
@@ -108,7 +108,9 @@ class RemoteStore:
 
     async def close(self) -> None:
         """Close the channel; open ``arrivals()`` iterators end."""
-        self._closing.set()
+        streams, self._streams = self._streams, set()
+        for stream in streams:
+            await stream.aclose()
         await self._channel.close()
 
     async def wait_ready(self, timeout_s: float) -> api.StoreInfo:
@@ -122,10 +124,27 @@ class RemoteStore:
         return convert.info_from_pb(response)
 
     async def _call(self, rpc: Callable[..., Awaitable[_Resp]], request: object) -> _Resp:
+        timeout_s = self._timeout_s
+        if any(not s.is_settled for s in self._streams):
+            timeout_s = await self._wait_for_subscriptions()
         try:
-            return await rpc(request, timeout=self._timeout_s, wait_for_ready=self._wait_for_ready)
+            return await rpc(request, timeout=timeout_s, wait_for_ready=self._wait_for_ready)
         except grpc.aio.AioRpcError as exc:
             raise _to_store_error(exc) from None
+
+    async def _wait_for_subscriptions(self) -> float:
+        """Hold a call until new arrival streams are confirmed; returns the time left for it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._timeout_s
+        pending = [s.settled() for s in self._streams if not s.is_settled]
+        try:
+            await asyncio.wait_for(asyncio.gather(*pending), self._timeout_s)
+        except TimeoutError:
+            raise errors.StoreClosed(
+                f"store at {self._target} did not confirm an arrival subscription "
+                f"within {self._timeout_s}s"
+            ) from None
+        return max(deadline - loop.time(), 0.001)
 
     # ------------------------------------------------------------ data path
 
@@ -164,39 +183,17 @@ class RemoteStore:
         return convert.bounds_from_pb(await self._call(self._stub.Bounds, request))
 
     def arrivals(self) -> AsyncIterator[api.Arrival]:
-        return self._arrivals()
-
-    async def _arrivals(self) -> AsyncIterator[api.Arrival]:
-        delay_s = RECONNECT_INITIAL_S
-        while not self._closing.is_set():
-            call = self._stub.Arrivals(pb.ArrivalsRequest(), wait_for_ready=True)
-            try:
-                async for response in call:
-                    delay_s = RECONNECT_INITIAL_S
-                    for arrival in response.arrivals:
-                        yield convert.arrival_from_pb(arrival)
-                failure: errors.StoreError = errors.StoreClosed("arrival stream ended")
-            except asyncio.CancelledError:
-                if self._closing.is_set():  # close() cancels the call locally: the end
-                    return
-                raise
-            except grpc.aio.AioRpcError as exc:
-                if self._closing.is_set():
-                    return
-                failure = _to_store_error(exc)
-            finally:
-                call.cancel()
-            if not failure.retriable:
-                raise failure
-            log.info(
-                "store wire: arrival stream from %s broke (%s); reconnecting in %.2fs",
-                self._target,
-                failure,
-                delay_s,
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), delay_s)
-            delay_s = min(delay_s * 2, RECONNECT_MAX_S)
+        """Subscribe now (see ``arrivals.ArrivalStream``); calls made after this see it."""
+        stream = ArrivalStream(
+            self._stub,
+            target=self._target,
+            to_store_error=_to_store_error,
+            initial_backoff_s=RECONNECT_INITIAL_S,
+            max_backoff_s=RECONNECT_MAX_S,
+        )
+        self._streams = {s for s in self._streams if not s.is_closed}
+        self._streams.add(stream)
+        return stream
 
     # ------------------------------------------------------------ offsets
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import json
 import logging
 import signal
 import sys
@@ -30,8 +32,6 @@ from popbroker.store.wire import server
 
 log = logging.getLogger(__name__)
 
-_DEFAULTS = StoreSettings()
-
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m popbroker.store.wire.serve_main")
@@ -40,13 +40,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--listen", help="HOST:PORT to serve on (the pod IP, never a fixed localhost port)"
     )
-    parser.add_argument("--cluster", default=_DEFAULTS.cluster)
-    parser.add_argument("--broker-name", default=_DEFAULTS.broker_name)
     parser.add_argument(
-        "--flush-mode", choices=[m.value for m in FlushMode], default=FlushMode.ASYNC.value
+        "--settings-json",
+        default="{}",
+        help="StoreSettings fields as a JSON object (enums by value); flags below win",
     )
-    parser.add_argument("--flush-interval-ms", type=int, default=_DEFAULTS.flush_interval_ms)
-    parser.add_argument("--segment-bytes", type=int, default=_DEFAULTS.segment_bytes)
+    parser.add_argument("--cluster")
+    parser.add_argument("--broker-name")
+    parser.add_argument("--flush-mode", choices=[m.value for m in FlushMode])
+    parser.add_argument("--flush-interval-ms", type=int)
+    parser.add_argument("--segment-bytes", type=int)
     parser.add_argument("--grace-s", type=float, default=2.0)
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
@@ -55,14 +58,28 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def settings_to_json(settings: StoreSettings) -> str:
+    """The ``--settings-json`` value that reproduces ``settings`` in the store process."""
+    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+    fields["flush_mode"] = settings.flush_mode.value
+    return json.dumps(fields, sort_keys=True)
+
+
 def settings_from(args: argparse.Namespace) -> StoreSettings:
-    return StoreSettings(
-        cluster=args.cluster,
-        broker_name=args.broker_name,
-        flush_mode=FlushMode(args.flush_mode),
-        flush_interval_ms=args.flush_interval_ms,
-        segment_bytes=args.segment_bytes,
-    )
+    """``--settings-json`` over the defaults, then the individual flags over that."""
+    overrides = json.loads(args.settings_json)
+    if not isinstance(overrides, dict):
+        raise ValueError("--settings-json must be a JSON object")
+    for flag in ("cluster", "broker_name", "flush_mode", "flush_interval_ms", "segment_bytes"):
+        value = getattr(args, flag)
+        if value is not None:
+            overrides[flag] = value
+    if "flush_mode" in overrides:
+        overrides["flush_mode"] = FlushMode(overrides["flush_mode"])
+    try:
+        return StoreSettings(**overrides)
+    except TypeError as exc:  # an unknown field name
+        raise ValueError(f"bad store settings: {exc}") from exc
 
 
 async def run(

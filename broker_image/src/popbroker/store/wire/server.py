@@ -137,33 +137,25 @@ class StoreServicer(pb_grpc.StoreServicer):
     async def Arrivals(
         self, request: pb.ArrivalsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ArrivalsResponse]:
-        queue: asyncio.Queue[api.Arrival | BaseException] = asyncio.Queue(ARRIVALS_QUEUE)
+        queue: asyncio.Queue[api.Arrival | Exception] = asyncio.Queue(ARRIVALS_QUEUE)
         pump = asyncio.create_task(_pump_arrivals(self._store.arrivals(), queue))
-        failure: BaseException | None = None
+        failure: Exception | None = None
         try:
-            while True:
-                batch: list[pb.Arrival] = []
-                item = await queue.get()
-                while True:
-                    if isinstance(item, BaseException):
-                        failure = item
-                        break
-                    batch.append(convert.arrival_to_pb(item))
-                    if len(batch) >= ARRIVALS_BATCH or queue.empty():
-                        failure = None
-                        break
-                    item = queue.get_nowait()
+            # One loop turn lets the pump reach its first await, i.e. subscribe (a store
+            # registers its listener before it first waits); then confirm to the client.
+            await asyncio.sleep(0)
+            yield pb.ArrivalsResponse()
+            while failure is None:
+                batch, failure = await _next_batch(queue)
                 if batch:
                     yield pb.ArrivalsResponse(arrivals=batch)
-                if failure is not None:
-                    break
         finally:
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
         if isinstance(failure, errors.StoreError):
             await _abort(context, failure)
-        elif isinstance(failure, Exception):
+        else:
             await _abort(context, _internal("Arrivals", failure))
 
     @_answering
@@ -281,8 +273,23 @@ class StoreServicer(pb_grpc.StoreServicer):
         return pb.MembersResponse(members=[convert.member_to_pb(m) for m in members])
 
 
+async def _next_batch(
+    queue: asyncio.Queue[api.Arrival | Exception],
+) -> tuple[list[pb.Arrival], Exception | None]:
+    """Wait for one arrival, then take what else is queued (up to ``ARRIVALS_BATCH``)."""
+    batch: list[pb.Arrival] = []
+    item = await queue.get()
+    while True:
+        if isinstance(item, Exception):
+            return batch, item
+        batch.append(convert.arrival_to_pb(item))
+        if len(batch) >= ARRIVALS_BATCH or queue.empty():
+            return batch, None
+        item = queue.get_nowait()
+
+
 async def _pump_arrivals(
-    source: AsyncIterator[api.Arrival], queue: asyncio.Queue[api.Arrival | BaseException]
+    source: AsyncIterator[api.Arrival], queue: asyncio.Queue[api.Arrival | Exception]
 ) -> None:
     """Copy arrivals into ``queue``; a failure is queued as the last item."""
     try:

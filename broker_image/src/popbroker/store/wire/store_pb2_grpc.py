@@ -161,9 +161,11 @@ class StoreServicer:
 
     def Arrivals(self, request, context):
         """Every dispatched entry from the moment of the call on, in dispatch order,
-        batched by the server when several are ready at once. Never ends while the
-        store runs; a client that reconnects misses the entries in between (long
-        polling treats arrivals as hints and has its own timeout).
+        batched by the server when several are ready at once. The first message is
+        empty: it confirms that the store has subscribed this stream, so a client
+        can order its later calls after it. Never ends while the store runs; a
+        client that reconnects misses the entries in between (long polling treats
+        arrivals as hints and has its own timeout).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

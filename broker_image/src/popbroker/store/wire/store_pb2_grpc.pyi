@@ -59,9 +59,11 @@ class StoreStub:
     Bounds: _grpc.UnaryUnaryMultiCallable[_store_pb2.BoundsRequest, _store_pb2.QueueBounds]
     Arrivals: _grpc.UnaryStreamMultiCallable[_store_pb2.ArrivalsRequest, _store_pb2.ArrivalsResponse]
     """Every dispatched entry from the moment of the call on, in dispatch order,
-    batched by the server when several are ready at once. Never ends while the
-    store runs; a client that reconnects misses the entries in between (long
-    polling treats arrivals as hints and has its own timeout).
+    batched by the server when several are ready at once. The first message is
+    empty: it confirms that the store has subscribed this stream, so a client
+    can order its later calls after it. Never ends while the store runs; a
+    client that reconnects misses the entries in between (long polling treats
+    arrivals as hints and has its own timeout).
     """
     CommitOffset: _grpc.UnaryUnaryMultiCallable[_store_pb2.CommitOffsetRequest, _store_pb2.CommitOffsetResponse]
     CommittedOffset: _grpc.UnaryUnaryMultiCallable[_store_pb2.CommittedOffsetRequest, _store_pb2.CommittedOffsetResponse]
@@ -88,9 +90,11 @@ class StoreAsyncStub(StoreStub):
     Bounds: _aio.UnaryUnaryMultiCallable[_store_pb2.BoundsRequest, _store_pb2.QueueBounds]  # type: ignore[assignment]
     Arrivals: _aio.UnaryStreamMultiCallable[_store_pb2.ArrivalsRequest, _store_pb2.ArrivalsResponse]  # type: ignore[assignment]
     """Every dispatched entry from the moment of the call on, in dispatch order,
-    batched by the server when several are ready at once. Never ends while the
-    store runs; a client that reconnects misses the entries in between (long
-    polling treats arrivals as hints and has its own timeout).
+    batched by the server when several are ready at once. The first message is
+    empty: it confirms that the store has subscribed this stream, so a client
+    can order its later calls after it. Never ends while the store runs; a
+    client that reconnects misses the entries in between (long polling treats
+    arrivals as hints and has its own timeout).
     """
     CommitOffset: _aio.UnaryUnaryMultiCallable[_store_pb2.CommitOffsetRequest, _store_pb2.CommitOffsetResponse]  # type: ignore[assignment]
     CommittedOffset: _aio.UnaryUnaryMultiCallable[_store_pb2.CommittedOffsetRequest, _store_pb2.CommittedOffsetResponse]  # type: ignore[assignment]
@@ -144,9 +148,11 @@ class StoreServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_abc.Iterator[_store_pb2.ArrivalsResponse], _abc.AsyncIterator[_store_pb2.ArrivalsResponse]]:
         """Every dispatched entry from the moment of the call on, in dispatch order,
-        batched by the server when several are ready at once. Never ends while the
-        store runs; a client that reconnects misses the entries in between (long
-        polling treats arrivals as hints and has its own timeout).
+        batched by the server when several are ready at once. The first message is
+        empty: it confirms that the store has subscribed this stream, so a client
+        can order its later calls after it. Never ends while the store runs; a
+        client that reconnects misses the entries in between (long polling treats
+        arrivals as hints and has its own timeout).
         """
 
     @_abc_1.abstractmethod
