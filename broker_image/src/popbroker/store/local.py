@@ -229,9 +229,9 @@ class LocalStore:
         raw, source = atomicfiles.read_json(self._config_dir / "metadata.json")
         has_data = any((self.data_dir / "commitlog").glob("0*"))
         if source is atomicfiles.Source.MAIN:
-            self.metadata = Metadata.from_json(raw)
+            self.metadata = self._parse_metadata(raw, "metadata.json")
         elif source is atomicfiles.Source.BACKUP:
-            self.metadata = Metadata.from_json(raw).with_new_epoch()
+            self.metadata = self._parse_metadata(raw, "metadata.json.bak").with_new_epoch()
             log.warning("config restored from its backup; new config epoch %s", self.metadata.epoch)
         else:
             self.metadata = Metadata()
@@ -244,6 +244,17 @@ class LocalStore:
         revive = names.revive_topic(self.settings.cluster)
         self.metadata.ensure_system_topic(revive, self.settings.revive_queue_num)
         self._persist_metadata_locked()
+
+    def _parse_metadata(self, raw: object, name: str) -> Metadata:
+        """A config file that parses as JSON but not as a config is refused, not overwritten."""
+        try:
+            return Metadata.from_json(raw)
+        except InvalidArgument as exc:
+            raise CorruptStore(
+                f"{self._config_dir / name}: {exc}; refusing to start rather than overwrite "
+                "it. Fix or move the file away (the store then uses the backup, or starts "
+                "with an empty config and a new config epoch)."
+            ) from exc
 
     def _load_consume_queues(self) -> None:
         root = self.data_dir / "consumequeue"
