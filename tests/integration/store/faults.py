@@ -44,8 +44,8 @@ from popbroker.store.api import (
 from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
 from tests.integration.store import _proc
-from tests.integration.store._proc import TOPIC
 
+TOPIC = _proc.TOPIC
 QUEUES = 4
 SEGMENT_BYTES = 64 * 1024
 PROC = Path(__file__).with_name("_proc.py")
