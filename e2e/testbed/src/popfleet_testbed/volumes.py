@@ -260,4 +260,3 @@ def rewriter(container_mounts: Sequence[Mount]) -> Callable[[str], str]:
         return word
 
     return rewrite
-
