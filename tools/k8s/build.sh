@@ -29,9 +29,14 @@ versions_ok() {
   for b in kube-apiserver kube-controller-manager kube-scheduler; do
     [ "$("$OUT/$b" --version)" = "Kubernetes $K8S" ] || return 1
   done
-  "$OUT/kubectl" version --client 2>/dev/null | grep -qx "Client Version: $K8S" || return 1
-  "$OUT/etcd" --version | grep -qx "etcd Version: ${ETCD#v}" || return 1
-  "$OUT/helm" version --template '{{.Version}}' | grep -qx "$HELM_VERSION" || return 1
+  # Capture first: `cmd | grep -q` under pipefail fails when grep exits before cmd (SIGPIPE).
+  local out
+  out=$("$OUT/kubectl" version --client 2>/dev/null) || return 1
+  grep -qx "Client Version: $K8S" <<<"$out" || return 1
+  out=$("$OUT/etcd" --version) || return 1
+  grep -qx "etcd Version: ${ETCD#v}" <<<"$out" || return 1
+  out=$("$OUT/helm" version --template '{{.Version}}') || return 1
+  [ "$out" = "$HELM_VERSION" ] || return 1
 }
 
 if versions_ok; then
