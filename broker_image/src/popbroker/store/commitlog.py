@@ -95,6 +95,10 @@ class CommitLog:
                 if size > self.segment_bytes - fmt.FILLER_MIN:
                     raise ValueError("record larger than a segment")
                 position = self.file.write_position + chunk_len
+                if chunk_len and position % self.segment_bytes == 0:
+                    # the chunk ends its segment exactly: write it before starting the next
+                    self._write(chunk, chunk_len)
+                    chunk, chunk_len = [], 0
                 rest = self.segment_bytes - position % self.segment_bytes
                 if size > rest:
                     if rest >= fmt.FILLER_MIN:
@@ -121,8 +125,8 @@ class CommitLog:
                 chunk_len += size
                 placed.append(Placed(position, size))
             self._write(chunk, chunk_len)
-        except StoreFull:
-            self.file.truncate(start)
+        except (StoreFull, OSError, ValueError):
+            self.file.truncate(start)  # all or none: drop chunks already written
             raise
         return placed
 
