@@ -150,6 +150,19 @@ async def test_arrivals_survive_a_server_restart(local: LocalStore, socket_path:
         await asyncio.wait_for(collector, 5.0)  # close() ends the iterator
 
 
+async def test_timing_out_a_read_of_arrivals_keeps_the_stream(remote: RemoteStore) -> None:
+    await remote.put_topic(TOPIC)
+    stream = remote.arrivals()
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(anext(stream), 0.05)  # nothing yet: the wait is cancelled
+    await remote.append([_message(0)])  # ordered after the subscription by the client
+    arrival = await asyncio.wait_for(anext(stream), 5.0)
+    assert (arrival.topic, arrival.queue_id, arrival.queue_offset) == (TOPIC.name, 0, 0)
+    await stream.aclose()  # type: ignore[attr-defined]
+    with pytest.raises(StopAsyncIteration):
+        await anext(stream)
+
+
 async def test_serve_replaces_a_stale_socket_and_refuses_a_live_one(
     local: LocalStore, socket_path: Path
 ) -> None:
