@@ -1,24 +1,28 @@
 """A real store process behind the wire API, for the cross-process contract suite.
 
-    from tests.integration.store.remote_fixture import store_processes  # in a conftest
+    from tests.integration.store.remote_fixture import store_process_factory
 
-    async def test_x(store_processes):
-        process = store_processes(settings=small_settings(flush_mode=FlushMode.SYNC))
-        remote = await process.connect()   # a RemoteStore on this test's loop
-        ...
-        await remote.close()
+    @pytest.fixture
+    async def store(tmp_path):
+        with store_process_factory(tmp_path) as spawn:
+            remote = await spawn(settings=small_settings()).connect()  # on this loop
+            try:
+                yield remote
+            finally:
+                await remote.close()
 
-``spawn_store(data_dir, settings=...)`` starts ``python -m popbroker.store.wire.serve_main`` on a
-Unix socket, waits until it answers ``Info`` (bounded by ``ready_timeout_s``,
-failing early with its stderr if it exits), and returns a ``StoreProcess``.
-Connect from inside the test's event loop with ``await proc.connect()`` (a
-``RemoteStore`` is bound to the loop that creates it). ``kill()`` is SIGKILL by
-PID, for crash tests; ``restart()`` starts a new process on the same directory
-and socket.
+``spawn_store(data_dir, settings=...)`` starts ``python -m popbroker.store.wire.serve_main``
+on a Unix socket with exactly those ``StoreSettings``, waits until it answers
+``Info`` (bounded by ``ready_timeout_s``; if the process exits first, fails at
+once with its log) and returns a ``StoreProcess``. Connect from inside the
+test's event loop with ``await process.connect()`` (a ``RemoteStore`` is bound
+to the loop that creates it). ``kill()`` is SIGKILL by PID, for crash tests;
+``restart()`` starts a new process on the same directory and socket.
 
-The ``store_processes`` fixture hands out a factory and kills, by PID, every
-process it started when the test ends. Sockets live in a short directory under
-/tmp because ``sun_path`` holds 107 bytes and pytest's ``tmp_path`` can be longer.
+``store_process_factory(tmp_path)`` (and the ``store_processes`` fixture built on
+it) hands out such a ``spawn`` and kills, by PID, every process it started when
+the block or test ends. Sockets live in a short directory under /tmp because
+``sun_path`` holds 107 bytes and pytest's ``tmp_path`` can be longer.
 """
 
 from __future__ import annotations
