@@ -75,3 +75,18 @@ def test_exec_and_tcp_probes_gate_readiness(testbed: Cluster, testbed_namespace:
     assert not testbed.is_ready(testbed.pod(testbed_namespace, "gated"))
     testbed.http(got, "/file?path=ready-now", data=b"1")
     testbed.wait_ready(testbed_namespace, "app=gated", 1)
+
+
+def test_grpc_health_probe_drives_readiness(testbed: Cluster, testbed_namespace: str) -> None:
+    pod = m.pod("rpc", args=["serve"], restart_policy="Always")
+    container = pod["spec"]["containers"][0]
+    container["env"].append({"name": "GRPC_PORT", "value": "9090"})
+    container["readinessProbe"] = {"grpc": {"port": 9090}, "periodSeconds": 1}
+    testbed.apply(testbed_namespace, pod)
+    [ready] = testbed.wait_ready(testbed_namespace, "app=rpc", 1)
+    testbed.http(ready, "/ready?value=false", data=b"")  # the gRPC check answers NOT_SERVING
+    waiting.until(
+        lambda: not testbed.is_ready(testbed.pod(testbed_namespace, "rpc")),
+        timeout_s=30,
+        what="rpc to turn unready",
+    )

@@ -272,6 +272,15 @@ def _start_all(info: Info, starter: _Starter) -> None:
             "--endpoint-reconciler-type=none",
             "--profiling=false",
             f"--cert-dir={layout.run_dir / 'apiserver-certs'}",
+            # Aggregation layer (requestheader auth) so aggregated APIs can be installed; it
+            # also spares every component "missing content for CA bundle" errors.
+            f"--requestheader-client-ca-file={p / 'ca.crt'}",
+            "--requestheader-allowed-names=front-proxy-client",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
+            f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
         ],
     )
     starter.wait(

@@ -58,6 +58,8 @@ def identities(node_name: str) -> tuple[Identity, ...]:
         Identity("kube-scheduler", "system:kube-scheduler"),
         Identity("node", f"system:node:{node_name}", ("system:nodes",)),
         Identity("provisioner", "popfleet:testbed-provisioner", ("system:masters",)),
+        # The apiserver's client identity towards aggregated API servers (requestheader auth).
+        Identity("front-proxy-client", "front-proxy-client"),
     )
 
 

@@ -22,6 +22,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+# Popen objects of children still running, by PID: kept so that they are never garbage
+# collected while running (Popen.__del__ warns, and warnings are errors in tests) and so that
+# ``stop`` can reap them instead of leaving zombies in a long-lived parent such as pytest.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
 
 @dataclass(frozen=True, slots=True)
 class Recorded:
@@ -75,6 +80,7 @@ def spawn(
             cwd=cwd,
             start_new_session=True,
         )
+    _children[proc.pid] = proc
     ticks = start_ticks(proc.pid)
     rec = Recorded(pid=proc.pid, start_ticks=ticks if ticks is not None else -1)
     if pid_file is not None:
@@ -122,11 +128,42 @@ def stop(rec: Recorded, *, grace_s: float) -> None:
         while alive(rec) and time.monotonic() < hard_deadline:
             _reap(rec.pid)
             time.sleep(0.05)
-    _reap(rec.pid)
+    proc = _children.pop(rec.pid, None)
+    if proc is not None:
+        # A multi-threaded leader shows as a zombie before the whole thread group is
+        # reapable, so wait (bounded) instead of polling once.
+        try:
+            proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            _children[rec.pid] = proc
+    else:
+        _reap(rec.pid)
+
+
+def kill_group_remnants(pid: int) -> None:
+    """SIGKILL what is left of the process group ``pid`` just after its leader was reaped.
+
+    Safe against PID reuse in practice: the kernel does not hand out a PID that is still in use
+    as a process group ID, so while remnants exist the group is ours.
+    """
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
+def forget(pid: int) -> None:
+    """The caller has collected ``pid``'s exit status itself (``Popen.poll``)."""
+    _children.pop(pid, None)
 
 
 def _reap(pid: int) -> None:
     """Collect the exit status when ``pid`` is our child (no-op otherwise)."""
+    proc = _children.get(pid)
+    if proc is not None:
+        if proc.poll() is not None:
+            del _children[pid]
+        return
     try:
         os.waitpid(pid, os.WNOHANG)
     except ChildProcessError:

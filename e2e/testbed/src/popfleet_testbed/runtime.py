@@ -134,8 +134,9 @@ class ContainerRun:
         code = self.proc.poll()
         if code is None:
             return False
+        processes.forget(self.rec.pid)
         # The container's process group may still hold children: take them down with it.
-        processes.signal_group(self.rec, signal.SIGKILL)
+        processes.kill_group_remnants(self.rec.pid)
         exit_code = code if code >= 0 else 128 - code
         terminated: Obj = {
             "exitCode": exit_code,

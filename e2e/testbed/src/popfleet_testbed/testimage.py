@@ -11,7 +11,8 @@ Subcommands (``python -m popfleet_testbed.testimage <cmd>``):
     ``GET /ready`` → 200 or 503; ``POST /ready?value=false|true`` flips it;
     ``GET /file?path=<p>`` / ``POST /file?path=<p>`` read / write ``$DATA_DIR/<p>``;
     ``GET /env`` → the environment as JSON. ``$WRITE_FILE=<path>=<text>`` writes a file at
-    start. SIGTERM → exit 0 promptly.
+    start. SIGTERM → exit 0 promptly, unless ``$IGNORE_SIGTERM=1`` (then only SIGKILL stops
+    it). ``$GRPC_PORT`` also serves ``grpc.health.v1.Health/Check`` (SERVING while ready).
 ``exit --code N [--after-s S] [--write PATH=TEXT]``
     optionally write a file, wait, exit with ``N``.
 ``kube-get --check PATH=STATUS ...``
@@ -34,6 +35,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -42,6 +44,7 @@ STANDARD_SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
 
 class _State:
     ready = True
+    grpc_server: object = None
 
 
 def _data_path(query: str) -> Path:
@@ -113,12 +116,34 @@ def serve() -> int:
     if os.environ.get("WRITE_FILE"):
         _write_spec(os.environ["WRITE_FILE"])
     server = ThreadingHTTPServer((host, port), _Handler)
-    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    if os.environ.get("GRPC_PORT"):
+        _serve_grpc_health(host, int(os.environ["GRPC_PORT"]))
+    if os.environ.get("IGNORE_SIGTERM") == "1":
+        signal.signal(signal.SIGTERM, lambda *_: print("ignoring SIGTERM", flush=True))
+    else:
+        signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     print(f"serving on {host}:{port}", flush=True)
     server.serve_forever(poll_interval=0.2)
     server.server_close()
     print("stopped on SIGTERM", flush=True)
     return 0
+
+
+def _serve_grpc_health(host: str, port: int) -> None:
+    """grpc.health.v1 Check without generated stubs: bytes in, ``status`` varint out."""
+    import grpc  # noqa: PLC0415  (only this subcommand needs grpc)
+
+    def check(request: bytes, context: grpc.ServicerContext) -> bytes:
+        return b"\x08\x01" if _State.ready else b"\x08\x02"  # SERVING / NOT_SERVING
+
+    handler = grpc.method_handlers_generic_handler(
+        "grpc.health.v1.Health", {"Check": grpc.unary_unary_rpc_method_handler(check)}
+    )
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    server.add_generic_rpc_handlers((handler,))
+    server.add_insecure_port(f"{host}:{port}")
+    server.start()
+    _State.grpc_server = server
 
 
 def kube_get(checks: Sequence[str]) -> int:
