@@ -61,6 +61,10 @@ SHUTDOWN_GRACE_S = 10.0
 KUBELET_VERSION = "v1.33.13"
 
 
+def _log(message: str) -> None:
+    print(f"{runtime.now_rfc3339()} kubelet: {message}", file=sys.stderr, flush=True)
+
+
 def _micro_now() -> str:
     t = time.time()
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
@@ -251,12 +255,12 @@ class Kubelet:
             while not self.stopping.is_set():
                 try:
                     self.tick()
+                # The loop is the edge: log and retry next tick, never die (a dead kubelet
+                # turns every later test failure into a mystery).
                 except errors.TestbedError as exc:
-                    if not exc.retriable:
-                        raise
-                    print(f"kubelet: retrying after {exc}", file=sys.stderr, flush=True)
-                except OSError as exc:  # apiserver connection trouble: next tick retries
-                    print(f"kubelet: retrying after {exc!r}", file=sys.stderr, flush=True)
+                    _log(f"tick failed, retrying: {exc}")
+                except OSError as exc:  # apiserver connection trouble
+                    _log(f"tick failed, retrying: {exc!r}")
                 self.stopping.wait(TICK_S)
         finally:
             self.shutdown()
@@ -269,7 +273,11 @@ class Kubelet:
         for pod in listed:
             uid = pod["metadata"]["uid"]
             seen.add(uid)
-            self._sync(pod)
+            try:
+                self._sync(pod)
+            except errors.TestbedError as exc:  # one bad pod must not stall the others
+                meta = pod["metadata"]
+                _log(f"sync of {meta['namespace']}/{meta['name']} failed: {exc}")
         for uid, pr in list(self.pods.items()):
             if uid not in seen:
                 pr.vanished = True
