@@ -75,8 +75,8 @@ class ConsumeQueue:
             usable = len(raw) // fmt.CQ_ENTRY_SIZE
             if usable == 0:
                 break
-            for i in range(usable):
-                physical, size, hashed = fmt.decode_cq_entry(raw, i * fmt.CQ_ENTRY_SIZE)
+            view = memoryview(raw)[: usable * fmt.CQ_ENTRY_SIZE]
+            for i, (physical, size, hashed) in enumerate(fmt.CQ_ENTRY.iter_unpack(view)):
                 result.append(Entry(queue_offset + i, physical, size, hashed))
             queue_offset += usable
             count -= usable
