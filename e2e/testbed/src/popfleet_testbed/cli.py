@@ -40,7 +40,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(binaries.locate().directory)
         elif args.cmd == "up":
             start = time.monotonic()
-            info = controlplane.up(args.run_dir.resolve(), node_name=args.node_name)
+            run_dir = args.run_dir.resolve()
+            if controlplane.running(run_dir) and (run_dir / "testbed.json").exists():
+                info = controlplane.Info.load(run_dir)  # already up: say how to use it
+            else:
+                info = controlplane.up(run_dir, node_name=args.node_name)
             print(
                 f"testbed up in {time.monotonic() - start:.1f}s: {info.server_url}, "
                 f"node {info.node_name}, run dir {info.run_dir}",

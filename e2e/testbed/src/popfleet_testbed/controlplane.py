@@ -203,7 +203,9 @@ def up(
     """Start a testbed in ``run_dir`` (which must not hold a running one); see the steps."""
     layout = Layout(run_dir)
     if layout.pids.exists() and any(layout.pids.glob("*.pid")):
-        raise errors.TestbedError(f"{run_dir} already has a testbed; run down first")
+        if running(run_dir):
+            raise errors.TestbedError(f"{run_dir} already has a running testbed")
+        down(run_dir)  # leftovers of a testbed that died (reboot, kill -9): clear them
     bins = bins or binaries.locate()
     for d in (layout.pids, layout.logs, layout.etcd_data, layout.state):
         d.mkdir(parents=True, exist_ok=True)
