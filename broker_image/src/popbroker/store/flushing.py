@@ -50,7 +50,15 @@ class Flusher:
         self._waiters: list[tuple[int, int, asyncio.Future[None], asyncio.AbstractEventLoop]] = []
         self._sequence = itertools.count()
         self._waiters_lock = threading.Lock()
+        # where each take-back (disk full while indexing) cut the log, in order
+        self._takeback_starts: list[int] = []
+        self._takeback_error = ""
         self.flush_latencies_ms: list[float] = []
+
+    @property
+    def takebacks(self) -> int:
+        """How many take-backs happened; an appender notes it under the store lock."""
+        return len(self._takeback_starts)
 
     def start(self) -> None:
         self.flushed_position = self.store.commitlog.end
@@ -78,13 +86,21 @@ class Flusher:
     def mark_flushed(self, position: int) -> None:
         self.flushed_position = max(self.flushed_position, position)
 
-    async def wait_flushed(self, position: int) -> None:
-        """Return once every byte below ``position`` is fsynced."""
-        if position <= self.flushed_position:
-            return
+    async def wait_flushed(self, position: int, *, takebacks: int | None = None) -> None:
+        """Return once every byte below ``position`` is fsynced.
+
+        ``takebacks`` is ``self.takebacks`` as seen when the batch ending at
+        ``position`` was placed; ``StoreFull`` if a take-back since then removed it.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         with self._waiters_lock:
+            if takebacks is not None and any(
+                start < position for start in self._takeback_starts[takebacks:]
+            ):
+                raise StoreFull(self._takeback_error)
+            if position <= self.flushed_position:
+                return
             heapq.heappush(self._waiters, (position, next(self._sequence), future, loop))
         if self._thread is None:
             raise StoreClosed("flusher is not running")
@@ -139,9 +155,25 @@ class Flusher:
             del self.flush_latencies_ms[:2048]
         with store._lock:
             if store.settings.flush_mode is FlushMode.SYNC:
-                store._dispatch_upto_locked(target)
+                try:
+                    store._dispatch_upto_locked(target)
+                except StoreFull as exc:
+                    self._take_back_waiters(store.commitlog.end, exc)
+                    return
             self.mark_flushed(target)
         self._release_waiters(target, None)
+
+    def _take_back_waiters(self, kept: int, error: StoreFull) -> None:
+        """Under the store lock, after a take-back cut the log at ``kept``: appenders
+        below it succeed, every other one (its batch is gone) gets ``error``."""
+        self.mark_flushed(kept)
+        self._release_waiters(kept, None)
+        with self._waiters_lock:
+            self._takeback_starts.append(kept)
+            self._takeback_error = str(error)
+            failed, self._waiters = self._waiters, []
+        for _end, _seq, future, loop in failed:
+            loop.call_soon_threadsafe(_fail, future, error)
 
     def _release_waiters(self, target: int, error: StoreError | None) -> None:
         released = []

@@ -97,6 +97,7 @@ class _Dispatch:
     physical_offset: int
     size: int
     tag_hash: int
+    batch_start: int  # physical offset of the first record of its append batch
 
     @property
     def end(self) -> int:
@@ -435,13 +436,18 @@ class LocalStore:
             )
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
-        results, end = self.append_nowait(messages)
+        results, end, takebacks = self._append(messages)
         if self.settings.flush_mode is FlushMode.SYNC:
-            await self.flusher.wait_flushed(end)
+            await self.flusher.wait_flushed(end, takebacks=takebacks)
         return results
 
     def append_nowait(self, messages: Sequence[MessageToAppend]) -> tuple[list[AppendResult], int]:
         """Write and (in ASYNC mode) dispatch; returns the results and the batch end."""
+        results, end, _takebacks = self._append(messages)
+        return results, end
+
+    def _append(self, messages: Sequence[MessageToAppend]) -> tuple[list[AppendResult], int, int]:
+        """``append_nowait`` plus the flusher's take-back count seen under the lock."""
         if self._closed:
             raise StoreClosed("store is closed")
         if not messages:
@@ -498,13 +504,15 @@ class LocalStore:
                         where.physical_offset,
                         where.size,
                         filters.tag_hash(tag),
+                        placed[0].physical_offset,
                     )
                 )
             end = self.commitlog.end
             if self.settings.flush_mode is FlushMode.ASYNC:
                 self._dispatch_upto_locked(end)
+            takebacks = self.flusher.takebacks
         self.flusher.poke()
-        return results, end
+        return results, end, takebacks
 
     def _prepare(self, message: MessageToAppend) -> tuple[bytes, bytes, bytes, str]:
         names.validate_topic_for_append(message.topic)
@@ -542,16 +550,29 @@ class LocalStore:
             raise UnknownTopic(f"topic {topic!r} has no queue {queue_id}")
 
     def _dispatch_upto_locked(self, limit: int) -> None:
-        """Index pending records that end at or below ``limit`` and announce them."""
+        """Index pending records that end at or below ``limit`` and announce them.
+
+        When the disk is too full for a consume-queue entry, the batch of the record
+        that failed and every record placed after it are taken back
+        (``_take_back_locked``) and ``StoreFull`` is raised: an append is either
+        indexed whole or gone, never half there or in the log but unreadable.
+        """
         if not self._pending:
             return
         ready = 0
+        failure: StoreFull | None = None
         for item in self._pending:
             if item.end > limit:
                 break
             cq = self._open_cq(item.topic, item.queue_id)
-            cq.append(Entry(item.queue_offset, item.physical_offset, item.size, item.tag_hash))
+            try:
+                cq.append(Entry(item.queue_offset, item.physical_offset, item.size, item.tag_hash))
+            except StoreFull as exc:
+                failure = exc
+                break
             ready += 1
+        if failure is not None:
+            ready = self._take_back_locked(ready)
         done, self._pending = self._pending[:ready], self._pending[ready:]
         if done:
             self._dispatched_position = max(self._dispatched_position, done[-1].end)
@@ -559,6 +580,33 @@ class LocalStore:
             for item in done:
                 arrival = Arrival(item.topic, item.queue_id, item.queue_offset, item.tag_hash)
                 listener.loop.call_soon_threadsafe(listener.offer, arrival)
+        if failure is not None:
+            self._last_error = str(failure)
+            raise failure
+
+    def _take_back_locked(self, failed: int) -> int:
+        """Remove ``_pending[failed]``'s batch and everything after it from the log and
+        the consume queues; return how many pending records stay (all indexed).
+
+        Nothing taken back was acknowledged: in ASYNC mode it is the failing append's
+        own batch, in SYNC mode appends whose fsync waiters the flusher fails next.
+        """
+        start = self._pending[failed].batch_start
+        keep = next(i for i, item in enumerate(self._pending) if item.physical_offset >= start)
+        for item in reversed(self._pending[keep:failed]):  # indexed parts of the batch
+            self._cqs[(item.topic, item.queue_id)].truncate_to(item.queue_offset)
+        for item in self._pending[keep:]:
+            key = (item.topic, item.queue_id)
+            current = self._next_queue_offset.get(key, item.queue_offset)
+            self._next_queue_offset[key] = min(current, item.queue_offset)
+        self.commitlog.file.truncate(start)
+        log.error(
+            "disk full while indexing: took back %d unacknowledged records from physical offset %d",
+            len(self._pending) - keep,
+            start,
+        )
+        del self._pending[keep:]
+        return keep
 
     # ------------------------------------------------------------------ reading
 
