@@ -1,0 +1,231 @@
+"""Sends (``SendMessage``): validation, queue choice, DELAY, idempotent retries.
+
+Steps for one message:
+
+  1. The topic exists and is writable; the message's kind is accepted by the
+     topic (``MIXED`` accepts NORMAL, FIFO and DELAY); transactions and the
+     newer LITE/PRIORITY kinds are unsupported.
+  2. Body non-empty and at most ``max_body_bytes``; non-blank message id; a tag
+     without ``|``; non-blank keys; a message group for FIFO; user properties
+     within count and size and without reserved keys.
+  3. Idempotency: a message id already sent to the topic within
+     ``send_dedup_window_ms`` returns the first receipt without appending again
+     (the official producer retries at once with the same id after any error,
+     fact sheet §12); a send still in progress is awaited, not repeated. The
+     window is bounded in entries; it is memory only, so a restart of the role
+     can still store a retried message twice (at-least-once).
+  4. The queue: FIFO messages hash their message group (CRC32) onto the
+     topic's write queues so one group keeps one order; others round-robin.
+  5. A DELAY message due in the future is appended to the revive log as a
+     ``delay`` record (:mod:`popbroker.services.delaying` delivers it when due);
+     anything else is appended to its queue.
+
+Callers: the gRPC endpoint's SendMessage handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from popbroker.services import errors, messages, revivelog
+from popbroker.services.configcache import ConfigCache
+from popbroker.services.messages import MessageKind, OutgoingMessage, SendReceipt
+from popbroker.services.settings import Clock, PopackSettings
+from popbroker.store.api import MessageToAppend, MessageType, Permission, StoreApi, TopicConfig
+from popbroker.store.errors import EmptyBody, MessageTooLarge
+
+MAX_MESSAGE_GROUP_CHARS = 128
+MAX_TAG_CHARS = 128
+
+_ACCEPTS: dict[MessageType, frozenset[MessageKind]] = {
+    MessageType.NORMAL: frozenset({MessageKind.NORMAL}),
+    MessageType.FIFO: frozenset({MessageKind.FIFO}),
+    MessageType.DELAY: frozenset({MessageKind.DELAY}),
+    MessageType.TRANSACTION: frozenset({MessageKind.TRANSACTION}),
+    MessageType.MIXED: frozenset({MessageKind.NORMAL, MessageKind.FIFO, MessageKind.DELAY}),
+}
+
+
+def accepted_kinds(message_type: MessageType) -> frozenset[MessageKind]:
+    """The message kinds a topic of ``message_type`` accepts (also used by routes)."""
+    return _ACCEPTS[message_type]
+
+
+@dataclass
+class _Sent:
+    expires_at_ms: int
+    result: asyncio.Future[SendReceipt]
+
+
+class Sender:
+    """Sends for one popack role (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: StoreApi,
+        config: ConfigCache,
+        settings: PopackSettings,
+        clock: Clock,
+    ) -> None:
+        self._store = store
+        self._config = config
+        self._settings = settings
+        self._clock = clock
+        self._round_robin = 0
+        self._sent: OrderedDict[tuple[str, str], _Sent] = OrderedDict()
+
+    async def send(self, message: OutgoingMessage) -> SendReceipt:
+        """Steps 1-5 for one message."""
+        topic = await self._config.topic(message.topic)
+        self._validate(topic, message)
+        now_ms = self._clock()
+        self._expire(now_ms)
+        dedup_key = (message.topic, message.message_id)
+        sent = self._sent.get(dedup_key)
+        if sent is not None:
+            return await asyncio.shield(sent.result)
+        future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
+        self._sent[dedup_key] = _Sent(now_ms + self._settings.send_dedup_window_ms, future)
+        try:
+            receipt = await self._append(topic, message, now_ms)
+        except BaseException as exc:
+            del self._sent[dedup_key]  # a failed send may be retried for real
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # retrieved: no "never retrieved" warning if nobody waits
+            raise
+        future.set_result(receipt)
+        return receipt
+
+    def _expire(self, now_ms: int) -> None:
+        sent = self._sent
+        limit = self._settings.send_dedup_max_entries
+        while sent:
+            key, oldest = next(iter(sent.items()))
+            if oldest.expires_at_ms > now_ms and len(sent) < limit:
+                break
+            if not oldest.result.done():
+                break  # still in progress: it stays (the table overshoots by the in-flight sends)
+            del sent[key]
+
+    def _validate(self, topic: TopicConfig, message: OutgoingMessage) -> None:
+        if not topic.perm & Permission.WRITE:
+            raise errors.TopicNotWritable(f"topic {topic.name!r} is not writable")
+        if message.kind in (MessageKind.TRANSACTION, MessageKind.UNSUPPORTED):
+            raise errors.Unsupported(f"{message.kind.value} messages are not supported")
+        if message.kind not in accepted_kinds(topic.message_type):
+            raise errors.MessageTypeConflict(
+                f"topic {topic.name!r} accepts {topic.message_type.value} messages, "
+                f"not {message.kind.value}"
+            )
+        if not message.body:
+            raise EmptyBody("message body is empty")
+        if len(message.body) > self._settings.max_body_bytes:
+            raise MessageTooLarge(
+                f"message body of {len(message.body)} bytes exceeds "
+                f"{self._settings.max_body_bytes} bytes"
+            )
+        if not message.message_id.strip():
+            raise errors.IllegalMessage("message id is blank", field="message_id")
+        if message.tag is not None and (
+            not message.tag.strip() or "|" in message.tag or len(message.tag) > MAX_TAG_CHARS
+        ):
+            raise errors.IllegalMessage(f"illegal tag {message.tag!r}", field="tag")
+        if any(not key.strip() or " " in key for key in message.keys):
+            raise errors.IllegalMessage("message keys must be non-blank words", field="keys")
+        group = message.message_group
+        if message.kind is MessageKind.FIFO and (
+            group is None or not group.strip() or len(group) > MAX_MESSAGE_GROUP_CHARS
+        ):
+            raise errors.IllegalMessage("FIFO messages need a message group", field="message_group")
+        if message.kind is MessageKind.DELAY:
+            deliver_ms = message.delivery_timestamp_ms
+            if deliver_ms is None:
+                raise errors.IllegalDeliveryTime("DELAY messages need a delivery timestamp")
+            if deliver_ms - self._clock() > self._settings.max_delay_ms:
+                raise errors.IllegalDeliveryTime("delivery timestamp is too far in the future")
+        self._validate_properties(message)
+
+    def _validate_properties(self, message: OutgoingMessage) -> None:
+        props = message.user_properties or {}
+        if len(props) > self._settings.max_user_properties:
+            raise errors.PropertiesTooLarge(
+                f"{len(props)} user properties exceed {self._settings.max_user_properties}"
+            )
+        size = 0
+        for key, value in props.items():
+            if not key or key in messages.RESERVED_PROPERTY_KEYS:
+                raise errors.IllegalMessage(
+                    f"property key {key!r} is empty or reserved", field="property_key"
+                )
+            size += len(key.encode()) + len(value.encode())
+        if size > self._settings.max_user_properties_bytes:
+            raise errors.PropertiesTooLarge(
+                f"user properties of {size} bytes exceed "
+                f"{self._settings.max_user_properties_bytes} bytes"
+            )
+
+    def _queue_for(self, topic: TopicConfig, message: OutgoingMessage) -> int:
+        queues = max(1, topic.write_queue_nums)
+        if message.message_group:
+            return zlib.crc32(message.message_group.encode()) % queues
+        self._round_robin += 1
+        return self._round_robin % queues
+
+    async def _append(
+        self, topic: TopicConfig, message: OutgoingMessage, now_ms: int
+    ) -> SendReceipt:
+        queue_id = self._queue_for(topic, message)
+        properties = messages.to_store_properties(message)
+        deliver_ms = message.delivery_timestamp_ms
+        if message.kind is MessageKind.DELAY and deliver_ms is not None and deliver_ms > now_ms:
+            record = revivelog.DelayRecord(
+                topic=topic.name,
+                queue_id=queue_id,
+                deliver_ms=deliver_ms,
+                body=message.body,
+                properties=properties,
+                born_timestamp_ms=message.born_timestamp_ms,
+                born_host=message.born_host,
+            )
+            revive_queue_id = zlib.crc32(message.message_id.encode()) % max(
+                1, self._settings.revive_queue_num
+            )
+            await self._store.append(
+                [
+                    revivelog.delay_message(
+                        self._settings.cluster, record, revive_queue_id=revive_queue_id
+                    )
+                ]
+            )
+            return SendReceipt(
+                message_id=message.message_id,
+                topic=topic.name,
+                queue_id=queue_id,
+                queue_offset=0,
+                delayed=True,
+            )
+        (result,) = await self._store.append(
+            [
+                MessageToAppend(
+                    topic=topic.name,
+                    queue_id=queue_id,
+                    body=message.body,
+                    properties=properties,
+                    born_timestamp_ms=message.born_timestamp_ms,
+                    born_host=message.born_host,
+                )
+            ]
+        )
+        return SendReceipt(
+            message_id=message.message_id,
+            topic=topic.name,
+            queue_id=result.queue_id,
+            queue_offset=result.queue_offset,
+        )

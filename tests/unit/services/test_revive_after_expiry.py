@@ -1,0 +1,59 @@
+"""Un-acked messages come back through the retry topic; past the maximum, the DLQ."""
+
+from __future__ import annotations
+
+from popbroker.pop import retrytopics
+from tests.unit.services.conftest import GROUP, TOPIC, Broker
+
+
+async def _expire(broker: Broker, invisible_ms: int) -> None:
+    broker.clock.advance(invisible_ms)
+    await broker.flush()
+    broker.clock.advance(1_000)
+    await broker.revive_step()
+
+
+async def test_unacked_message_returns_with_delivery_attempt_plus_one(broker: Broker) -> None:
+    await broker.send(b"x", message_id="MSG-1")
+    (first,) = await broker.receive(invisible_ms=5_000)
+    assert await broker.receive() == []
+    await _expire(broker, 5_000)
+    (again,) = await broker.receive()
+    assert again.delivery_attempt == 2
+    assert again.topic == TOPIC
+    assert again.stored.topic == retrytopics.retry_topic(GROUP, TOPIC)
+    assert again.stored.body == b"x"
+    assert again.stored.properties["UNIQ_KEY"] == "MSG-1"
+    assert again.receipt_handle != first.receipt_handle
+    await broker.ack(again)
+    await _expire(broker, 10_000)
+    assert await broker.receive() == []
+
+
+async def test_dead_letter_after_max_reconsume_times_exactly_once(broker: Broker) -> None:
+    await broker.send(b"poison")
+    attempts: list[int] = []
+    for _ in range(5):
+        got = await broker.receive(invisible_ms=5_000)
+        attempts.extend(m.delivery_attempt for m in got)
+        await _expire(broker, 5_000)
+    assert attempts == [1, 2, 3]  # max_reconsume_times = 2
+    dlq = await broker.store.read(retrytopics.dlq_topic(GROUP), 0, 0, max_count=10)
+    assert [m.body for m in dlq.messages] == [b"poison"]
+    assert dlq.messages[0].reconsume_times == 3
+
+
+async def test_revive_progress_is_persisted_past_resolved_records(broker: Broker) -> None:
+    for i in range(3):
+        await broker.send(f"m{i}".encode())
+    got = await broker.receive(invisible_ms=5_000)
+    broker.clock.advance(4_000)
+    await broker.flush()  # CKs are durable now; the acks below become ACK records
+    for message in got:
+        await broker.ack(message)
+    broker.clock.advance(2_000)
+    await broker.revive_step()
+    for worker in broker.revive.workers:
+        assert worker.ledger.stats().pending == 0
+        assert worker.persisted_offset == worker.ledger.scanned_end
+    assert await broker.receive() == []
