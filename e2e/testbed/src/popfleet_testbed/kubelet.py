@@ -334,11 +334,11 @@ class Kubelet:
         uid = pod["metadata"]["uid"]
         pr = self.pods.get(uid)
         if pr is None:
+            if pod["metadata"].get("deletionTimestamp"):
+                self._finalize_delete(pod)  # nothing of it runs here
+                return
             if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 return  # finished before this kubelet started: nothing to run
-            if pod["metadata"].get("deletionTimestamp"):
-                self._finalize_delete(pod)
-                return
             pr = self._new_run(pod)
             self.pods[uid] = pr
         pr.pod = pod
@@ -478,7 +478,9 @@ class Kubelet:
             return
         path = kube.ns_path(pr.namespace, "pods", f"{pr.name}/status")
         try:
-            self.api.patch(path, {"status": status}, content_type=kube.MERGE)
+            # metadata.uid acts as a precondition: never patch a same-named successor pod.
+            body = {"metadata": {"uid": pr.uid}, "status": status}
+            self.api.patch(path, body, content_type=kube.MERGE)
         except errors.KubeError as exc:
             if exc.status in (404, 409):
                 return
