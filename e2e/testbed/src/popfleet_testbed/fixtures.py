@@ -20,13 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from popfleet_testbed import binaries, cluster, controlplane
+from popfleet_testbed import binaries, cluster, controlplane, errors
 
 
 @pytest.fixture(scope="session")
 def testbed() -> Iterator[cluster.Cluster]:
     reuse = os.environ.get("POPFLEET_TESTBED")
     if reuse:
+        if not controlplane.running(Path(reuse)):
+            raise errors.TestbedError(f"POPFLEET_TESTBED={reuse}: no running testbed there")
         handle = cluster.Cluster(controlplane.Info.load(Path(reuse)))
         yield handle
         handle.close()
