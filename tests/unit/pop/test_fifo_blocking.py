@@ -117,7 +117,8 @@ def test_order_info_invariants() -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(
-        st.tuples(st.sampled_from(["pop", "ack", "tick"]), st.integers(0, 40_000)), max_size=60
+        st.tuples(st.sampled_from(["pop", "repop", "ack", "tick"]), st.integers(0, 40_000)),
+        max_size=60,
     )
 )
 def test_fifo_order_and_counts_hold_under_arbitrary_acks(ops: list[tuple[str, int]]) -> None:
@@ -125,23 +126,31 @@ def test_fifo_order_and_counts_hold_under_arbitrary_acks(ops: list[tuple[str, in
     committed = 0
     info: OrderInfo | None = None
     now_ms = 0
+    attempts = 0
     deliveries: dict[int, int] = {}
     acked: set[int] = set()
     for op, arg in ops:
         if op == "tick":
             now_ms += arg
-        elif op == "pop":
-            if orderinfo.check_block(info, None, now_ms) or committed >= queue_max:
+        elif op in ("pop", "repop"):
+            same_attempt = op == "repop" and info is not None
+            attempt_id = info.attempt_id if same_attempt and info is not None else f"a{attempts}"
+            attempts += 1
+            if orderinfo.check_block(info, attempt_id, now_ms) or committed >= queue_max:
                 continue
             offsets = tuple(range(committed, min(queue_max, committed + 1 + arg % 4)))
+            if same_attempt and info is not None:
+                for queue_offset in info.queue_offsets:  # that response never arrived: undo
+                    deliveries[queue_offset] -= 1
             info = orderinfo.on_pop(
                 info,
                 queue_offsets=offsets,
                 pop_time_ms=now_ms,
                 invisible_ms=10_000,
-                attempt_id=str(now_ms),
+                attempt_id=attempt_id,
             )
             for queue_offset in offsets:
+                # in order: everything before is acked (committed) or in this batch
                 assert all(q in acked or q >= committed for q in range(queue_offset))
                 assert orderinfo.reconsume_times(info, queue_offset) == deliveries.get(
                     queue_offset, 0

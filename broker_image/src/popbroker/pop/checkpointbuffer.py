@@ -38,7 +38,8 @@ Rules, as numbered steps:
      returns them as one ack record to append *after* the CK, so an ACK never
      precedes its CK in the revive log. An ack for a CK that is not here
      (durable, or unknown) is ``NOT_BUFFERED``: the caller appends an ACK
-     record — the CK is already in the log before it.
+     record — the CK is already in the log before it. ``BAD_INDEX`` (offset
+     not in the buffered CK with that key) is treated like ``NOT_BUFFERED``.
   4. A batch is *handed off* when its CK is durable in the revive log or fully
      acked; the empty-pop "just offset" entry is handed off from birth.
      ``advance_commits`` pops the longest handed-off prefix of every queue's
@@ -84,7 +85,9 @@ class AckOutcome(enum.Enum):
     MERGED = "merged"  # bit set in memory; nothing to write now
     NOT_BUFFERED = "not_buffered"  # no CK here: append an ACK record
     ALREADY_ACKED = "already_acked"  # idempotent repeat; nothing to do
-    BAD_INDEX = "bad_index"  # the offset is not in the CK; ignore
+    # The offset is not in the buffered CK with that key. A different CK may share the key
+    # (a pre-crash handle, same millisecond): append an ACK record anyway; it is harmless.
+    BAD_INDEX = "bad_index"
 
 
 @dataclass(frozen=True, slots=True)

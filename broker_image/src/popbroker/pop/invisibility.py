@@ -12,11 +12,16 @@ Steps (the services layer performs the I/O in this order):
      queue offset against the queue: ``min <= queue_offset < max``, **strictly
      below max** (upstream #9187: at max a CK for a non-existent message was
      created) → :class:`QueueOffsetOutOfRange` otherwise.
-  2. Build the new CK: ``pop_time = now``, ``start_queue_offset`` = the
+  2. Build the new CK: ``pop_time = max(now, old pop time + 1)``,
+     ``start_queue_offset`` = the
      message's own queue offset, diffs ``(0,)``, same topic (the retry topic
-     for a retried message), group, queue, revive queue and broker.
-  3. Make the new CK durable (append it, or add it to the checkpoint buffer),
-     **then** ack the old handle (:attr:`InvisibilityChange.old_ack_key` /
+     for a retried message), group, queue, revive queue and broker. The pop
+     time is forced past the old one so the new CK's match key can never equal
+     the old CK's key: otherwise a change in the same millisecond as the pop
+     (of the batch's first message) would be acked away by step 3 — a loss.
+  3. Append the new CK to the revive log — **not** to the checkpoint buffer:
+     it starts behind the queue's pop cursor and belongs to no pop's commit
+     order — **then** ack the old handle (:attr:`InvisibilityChange.old_ack_key` /
      ``queue_offset`` through the buffer, or an ACK record). A crash between
      the two yields a duplicate, never a loss.
   4. Return the new handle: start offset = the message's own offset (so an ack
@@ -77,12 +82,13 @@ def plan_change(
         raise errors.QueueOffsetOutOfRange(
             f"queue offset {old.queue_offset} outside [{min_queue_offset}, {max_queue_offset})"
         )
+    pop_time_ms = max(now_ms, old.pop_time_ms + 1)
     ck = Checkpoint(
         topic=topic,
         group=group,
         queue_id=old.queue_id,
         start_queue_offset=old.queue_offset,
-        pop_time_ms=now_ms,
+        pop_time_ms=pop_time_ms,
         invisible_ms=new_invisible_ms,
         revive_queue_id=old.revive_queue_id,
         broker_name=old.broker_name,
@@ -99,7 +105,7 @@ def plan_change(
     handle = replace(
         old,
         start_queue_offset=old.queue_offset,
-        pop_time_ms=now_ms,
+        pop_time_ms=pop_time_ms,
         invisible_ms=new_invisible_ms,
     )
     return InvisibilityChange(

@@ -18,8 +18,10 @@ Rules, as numbered steps:
      batch's first offset (the rewind point). Consumed counts: an offset that
      was in the previous batch gets ``previous count + 1`` — **unless** the
      attempt id is the same (a re-read of the same attempt, not a new
-     delivery) — new offsets start at 0. So the reconsume count increments
-     exactly once per redelivery.
+     delivery) — new offsets start at 0. Counts of offsets an earlier, longer
+     batch handed out are carried (``carried_counts``) until they are re-read,
+     so the reconsume count increments exactly once per redelivery even when
+     batches shrink (upstream forgets them).
   3. Ack: :func:`on_ack` sets the bit and returns the next committed offset:
      the first un-acked offset of the batch, or ``last + 1`` when all are
      acked. An ack with a different pop time (an older batch) is ``STALE``,
@@ -55,6 +57,9 @@ class OrderInfo:
     acked_bitmap: int
     consumed_counts: tuple[int, ...]  # per message: deliveries before this one
     next_visible_ms: tuple[int, ...]  # per message: when it becomes visible again
+    # Deliveries so far of offsets beyond this batch that earlier batches handed out
+    # (a batch may be shorter than the last one); ≤ 32 (offset, deliveries) pairs.
+    carried_counts: tuple[tuple[int, int], ...] = ()
 
     def __post_init__(self) -> None:
         count = len(self.queue_offsets)
@@ -121,16 +126,12 @@ def on_pop(
     same_attempt = (
         previous is not None and attempt_id is not None and attempt_id == previous.attempt_id
     )
-    previous_counts: dict[int, int] = {}
-    if previous is not None:
-        previous_counts = dict(zip(previous.queue_offsets, previous.consumed_counts, strict=True))
-    counts = tuple(
-        previous_counts.get(queue_offset, 0)
-        if same_attempt
-        else (previous_counts[queue_offset] + 1 if queue_offset in previous_counts else 0)
-        for queue_offset in queue_offsets
-    )
+    delivered = _deliveries_so_far(previous, same_attempt=same_attempt)
+    counts = tuple(delivered.get(queue_offset, 0) for queue_offset in queue_offsets)
+    last = queue_offsets[-1] if queue_offsets else -1
+    carried = tuple(sorted((q, n) for q, n in delivered.items() if q > last))
     return OrderInfo(
+        carried_counts=carried[: checkpoints.MAX_CHECKPOINT_MESSAGES],
         queue_offsets=queue_offsets,
         pop_time_ms=pop_time_ms,
         invisible_ms=invisible_ms,
@@ -139,6 +140,21 @@ def on_pop(
         consumed_counts=counts,
         next_visible_ms=tuple(pop_time_ms + invisible_ms for _ in queue_offsets),
     )
+
+
+def _deliveries_so_far(previous: OrderInfo | None, *, same_attempt: bool) -> dict[int, int]:
+    """How often each offset known to ``previous`` has been delivered.
+
+    A same-attempt re-read does not count the previous batch as delivered (its
+    response may never have reached the client).
+    """
+    if previous is None:
+        return {}
+    delivered = dict(previous.carried_counts)
+    increment = 0 if same_attempt else 1
+    for queue_offset, count in zip(previous.queue_offsets, previous.consumed_counts, strict=True):
+        delivered[queue_offset] = count + increment
+    return delivered
 
 
 def reconsume_times(info: OrderInfo, queue_offset: int) -> int:

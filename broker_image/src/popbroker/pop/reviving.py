@@ -151,8 +151,12 @@ class ReviveLedger:
         self._broker_name = local_broker_name
         self._settings = settings or ReviveSettings()
         self._scanned_end = start_revive_queue_offset
-        self._pending: dict[CheckpointKey, _Pending] = {}  # insertion order = position order
-        self._heap: list[tuple[int, int, CheckpointKey]] = []
+        # Pending CKs by revive position; insertion order = position order (observed in order).
+        self._pending: dict[int, _Pending] = {}
+        # Match key -> positions. Usually one; two distinct CKs may share a key (a change of
+        # invisible time and a post-crash re-pop in the same millisecond): acks apply to both.
+        self._by_key: dict[CheckpointKey, list[int]] = {}
+        self._heap: list[tuple[int, int]] = []  # (due_ms, position), lazily invalidated
         self._in_flight = 0
         self._resolved = 0
         self._orphan_acks = 0
@@ -175,36 +179,52 @@ class ReviveLedger:
 
     def observe_ck(self, ck: Checkpoint, revive_queue_offset: int) -> None:
         """A ``ck`` record at ``revive_queue_offset``."""
-        existing = self._pending.get(ck.key)
-        if existing is None and not self.has_capacity:
+        twin = self._twin_of(ck)
+        if twin is None and not self.has_capacity:
             raise errors.CapacityExceeded("revive ledger is full; pause the scan")
         self._advance(revive_queue_offset)
-        if existing is not None:  # the same CK written twice (an unknown-outcome retry)
+        if twin is not None:  # the same CK written twice (an unknown-outcome retry): merge
             self._duplicate_cks += 1
-            existing.ck = checkpoints.with_bitmap(existing.ck, ck.ack_bitmap)
-            self._resolve_if_done(ck.key, existing)
+            twin.ck = checkpoints.with_bitmap(twin.ck, ck.ack_bitmap)
+            self._resolve_if_done(twin)
             return
         if checkpoints.all_acked(ck):
             self._resolved += 1
             return
         due_ms = ck.revive_time_ms + self._settings.ack_grace_ms
-        self._pending[ck.key] = _Pending(ck, revive_queue_offset, due_ms)
-        self._push(due_ms, revive_queue_offset, ck.key)
+        self._pending[revive_queue_offset] = _Pending(ck, revive_queue_offset, due_ms)
+        self._by_key.setdefault(ck.key, []).append(revive_queue_offset)
+        heapq.heappush(self._heap, (due_ms, revive_queue_offset))
+
+    def _twin_of(self, ck: Checkpoint) -> _Pending | None:
+        for position in self._by_key.get(ck.key, ()):
+            pending = self._pending[position]
+            if pending.ck.queue_offset_diffs == ck.queue_offset_diffs:
+                return pending
+        return None
 
     def observe_ack(self, ack: records.AckRecord, revive_queue_offset: int) -> None:
         """An ``ack``/``bAck`` record at ``revive_queue_offset``."""
         self._advance(revive_queue_offset)
         key = records.ack_key(ack, local_broker_name=self._broker_name)
-        pending = self._pending.get(key)
-        if pending is None:
+        positions = self._by_key.get(key)
+        if positions is None:
             self._orphan_acks += 1
             return
-        bitmap, unknown = checkpoints.bitmap_for(pending.ck, ack.ack_queue_offsets)
-        self._bogus_ack_offsets += unknown
-        if bitmap & pending.ck.ack_bitmap:
-            self._duplicate_acks += 1
-        pending.ck = checkpoints.with_bitmap(pending.ck, bitmap)
-        self._resolve_if_done(key, pending)
+        matched_offsets: set[int] = set()
+        for position in tuple(positions):
+            pending = self._pending[position]
+            bitmap, _ = checkpoints.bitmap_for(pending.ck, ack.ack_queue_offsets)
+            matched_offsets.update(
+                queue_offset
+                for queue_offset in ack.ack_queue_offsets
+                if checkpoints.index_of(pending.ck, queue_offset) is not None
+            )
+            if bitmap & pending.ck.ack_bitmap:
+                self._duplicate_acks += 1
+            pending.ck = checkpoints.with_bitmap(pending.ck, bitmap)
+            self._resolve_if_done(pending)
+        self._bogus_ack_offsets += len(set(ack.ack_queue_offsets) - matched_offsets)
 
     def observe_other(self, revive_queue_offset: int) -> None:
         """A malformed or unknown record: skip it, counted."""
@@ -221,11 +241,11 @@ class ReviveLedger:
     # -- planning ---------------------------------------------------------------------------
 
     def due(self, now_ms: int, *, limit: int | None = None) -> list[ReviveTask]:
-        """Tasks for pending CKs due at ``now_ms`` (see step 3), oldest deadline first."""
+        """Tasks for pending CKs due at ``now_ms`` (see step 3), earliest deadline first."""
         tasks: list[ReviveTask] = []
         while self._heap and (limit is None or len(tasks) < limit):
-            due_ms, _, key = self._heap[0]
-            pending = self._pending.get(key)
+            due_ms, position = self._heap[0]
+            pending = self._pending.get(position)
             if pending is None or pending.in_flight or pending.due_ms != due_ms:
                 heapq.heappop(self._heap)  # stale entry
                 continue
@@ -234,7 +254,7 @@ class ReviveLedger:
             heapq.heappop(self._heap)
             offsets = _remaining_offsets(pending)
             if not offsets:
-                self._resolve(key)
+                self._resolve(pending)
                 continue
             pending.in_flight = True
             self._in_flight += 1
@@ -242,7 +262,7 @@ class ReviveLedger:
                 ReviveTask(
                     checkpoint=pending.ck,
                     queue_offsets=offsets,
-                    revive_queue_offset=pending.revive_queue_offset,
+                    revive_queue_offset=position,
                     attempt=pending.attempt,
                 )
             )
@@ -253,7 +273,8 @@ class ReviveLedger:
         pending = self._current(task)
         if pending is not None:
             self._in_flight -= 1
-            self._resolve(task.key)
+            pending.in_flight = False
+            self._resolve(pending)
 
     def fail(
         self, task: ReviveTask, now_ms: int, *, succeeded_queue_offsets: tuple[int, ...] = ()
@@ -267,14 +288,14 @@ class ReviveLedger:
         done, _ = checkpoints.bitmap_for(pending.ck, succeeded_queue_offsets)
         pending.done_bitmap |= done
         if not _remaining_offsets(pending):
-            self._resolve(task.key)
+            self._resolve(pending)
             return
         pending.due_ms = now_ms + reput_backoff_ms(pending.attempt)
         pending.attempt += 1
-        self._push(pending.due_ms, pending.revive_queue_offset, task.key)
+        heapq.heappush(self._heap, (pending.due_ms, pending.revive_queue_offset))
 
     def _current(self, task: ReviveTask) -> _Pending | None:
-        pending = self._pending.get(task.key)
+        pending = self._pending.get(task.revive_queue_offset)
         if pending is None or not pending.in_flight or pending.attempt != task.attempt:
             return None  # a stale task (ledger rebuilt, or completed twice)
         return pending
@@ -283,9 +304,7 @@ class ReviveLedger:
 
     def safe_revive_offset(self) -> int:
         """Revive progress to persist: the oldest unresolved CK's position, else the scanned end."""
-        for pending in self._pending.values():
-            return pending.revive_queue_offset
-        return self._scanned_end
+        return next(iter(self._pending), self._scanned_end)
 
     def stats(self) -> LedgerStats:
         """Current counters."""
@@ -300,16 +319,18 @@ class ReviveLedger:
             other_records=self._other_records,
         )
 
-    def _resolve_if_done(self, key: CheckpointKey, pending: _Pending) -> None:
+    def _resolve_if_done(self, pending: _Pending) -> None:
         if not pending.in_flight and not _remaining_offsets(pending):
-            self._resolve(key)
+            self._resolve(pending)
 
-    def _resolve(self, key: CheckpointKey) -> None:
-        del self._pending[key]
+    def _resolve(self, pending: _Pending) -> None:
+        position = pending.revive_queue_offset
+        del self._pending[position]
+        positions = self._by_key[pending.ck.key]
+        positions.remove(position)
+        if not positions:
+            del self._by_key[pending.ck.key]
         self._resolved += 1
-
-    def _push(self, due_ms: int, revive_queue_offset: int, key: CheckpointKey) -> None:
-        heapq.heappush(self._heap, (due_ms, revive_queue_offset, key))
 
 
 def _remaining_offsets(pending: _Pending) -> tuple[int, ...]:
