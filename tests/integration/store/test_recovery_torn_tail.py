@@ -10,6 +10,8 @@ crash; records above it are the ones a torn write can affect.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import logging
 import random
 import struct
@@ -17,8 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from popbroker.store import checkpoints
 from popbroker.store import format as fmt
-from tests.integration.store import faults
+from popbroker.store.api import FlushMode
+from popbroker.store.local import LocalStore
+from tests.integration.store import _proc, faults
 
 
 def _two_sessions(data_dir: Path) -> tuple[list[faults.Written], list[faults.Written]]:
@@ -116,3 +121,43 @@ def test_a_recovered_store_appends_after_the_cut_and_reopens_cleanly(tmp_path: P
         faults.assert_reads_exactly(store, first + second[:-1] + more)
     finally:
         store.close_sync()
+
+
+def test_after_cutting_a_torn_tail_the_store_never_counts_cut_bytes_as_flushed(
+    tmp_path: Path,
+) -> None:
+    """The cut bytes were never flushed; neither memory nor the checkpoint may say so.
+
+    Otherwise SYNC appends landing below the old end could be acknowledged without
+    an fsync, and a checkpoint beyond the log's end turns an ordinary torn write in
+    the next crash into "damaged below the flush checkpoint", a refused start.
+    """
+    _first, second = _two_sessions(tmp_path)
+    last = second[-1]
+    path, position = faults.locate(tmp_path, last.physical_offset)
+    faults.cut_file(path, position + last.size - 1)
+    settings = faults.settings(flush_mode=FlushMode.SYNC)
+
+    # the checkpoint recovery writes, before any flusher pass could overwrite it
+    store = LocalStore.open(tmp_path, settings, start_flusher=False)
+    try:
+        assert store.commitlog.end == last.physical_offset
+        assert store.flusher.flushed_position == store.commitlog.end
+        mark = checkpoints.read(tmp_path / "checkpoint")
+        assert mark.flushed_physical_offset == store.commitlog.end
+    finally:
+        store.close_sync()
+
+    store = faults.open_store(tmp_path, settings)
+    try:
+        fsyncs = len(store.flusher.flush_latencies_ms)
+        message = dataclasses.replace(
+            _proc.message(7, last.queue_id, last.queue_offset), body=b"lands below the old end"
+        )
+        [result] = asyncio.run(store.append([message]))
+        assert result.physical_offset + result.size < last.end
+        assert len(store.flusher.flush_latencies_ms) > fsyncs, "acknowledged without fsync"
+    finally:
+        store.close_sync()
+    mark = checkpoints.read(tmp_path / "checkpoint")
+    assert mark.flushed_physical_offset == result.physical_offset + result.size

@@ -213,6 +213,7 @@ class CommitLog:
                 position,
             )
             self.file.truncate(position)
+        self.file.sync_from(start)  # what was verified is durable before it counts as flushed
         return RecoveryReport(start, self.end, truncated, verified)
 
     def _judge_damage(

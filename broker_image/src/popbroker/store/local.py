@@ -205,6 +205,8 @@ class LocalStore:
         mark = checkpoints.read(self.data_dir / "checkpoint")
         start = min(mark.flushed_physical_offset, mark.dispatched_physical_offset)
         report = self.commitlog.recover(checkpoint=mark.flushed_physical_offset, repair=repair)
+        # recovery fsynced the log up to its (possibly cut) end; never claim more
+        self.flusher.flushed_position = self.commitlog.end
         log.info(
             "commit log verified from %d to %d (%d records, %d bytes truncated)",
             report.verified_from,
