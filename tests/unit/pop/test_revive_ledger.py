@@ -324,3 +324,20 @@ def test_topic_recreated_ck_resolves_instead_of_looping_upstream_8479() -> None:
     assert verdicts == [ReadVerdict.SKIP_BEYOND_MAX] * 2
     ledger.complete(task)  # every offset skipped: done, not retried forever
     assert ledger.due(10**12) == []
+
+
+def test_distinct_cks_sharing_a_key_are_kept_apart_and_acks_apply_to_both() -> None:
+    # A change-invisible CK and a post-crash re-pop batch in the same millisecond can share
+    # (topic, group, queue, start, pop time, broker). Neither may swallow the other.
+    ledger = _ledger()
+    batch = _ck(count=3)
+    single = _ck(count=1)
+    assert batch.key == single.key
+    ledger.observe_ck(batch, 0)
+    ledger.observe_ck(single, 1)
+    assert ledger.stats().pending == 2
+    ledger.observe_ack(_ack(batch, 100), 2)  # the one shared offset: both get it
+    (task,) = ledger.due(10**9)
+    assert task.queue_offsets == (101, 102)
+    ledger.complete(task)
+    assert ledger.safe_revive_offset() == 3

@@ -33,6 +33,9 @@ Rules, as numbered steps:
      visible time; the new handle keeps the batch's pop time, with
      ``invisible_ms = next visible - pop time`` (required by step 3).
   5. A server-side reset drops the order info (the caller forgets it).
+  6. A FIFO read that scanned entries but matched none commits the scan's
+     ``next_begin`` at once (:func:`commit_after_read`, upstream #9339/#8268),
+     so a queue of only non-matching messages does not stall.
 
 Callers: the popack services (FIFO pop, FIFO ack, FIFO change-invisible),
 which persist the table periodically.
@@ -219,3 +222,12 @@ def change_invisible(
     times = list(info.next_visible_ms)
     times[index] = visible_at
     return replace(info, next_visible_ms=tuple(times)), visible_at - info.pop_time_ms
+
+
+def commit_after_read(*, start_queue_offset: int, next_begin_queue_offset: int, found: bool) -> int:
+    """The committed offset after a FIFO read (step 2 / step 6).
+
+    With messages: the batch start (the rewind point). Without (all filtered
+    out): ``next_begin_queue_offset``, so the filtered range is never rescanned.
+    """
+    return start_queue_offset if found else max(start_queue_offset, next_begin_queue_offset)

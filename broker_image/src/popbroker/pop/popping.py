@@ -43,6 +43,13 @@ proxy has 10 s .. 12 h; we allow 1 s so short-deadline tests and consumers
 work — short CKs bypass the buffer and are written at once). A change of
 invisible time accepts 0 .. 12 h (0 = visible again as soon as revive runs).
 
+In-flight guard (upstream #7772, optional like ``enablePopMessageThreshold``):
+:class:`InflightCounter` counts popped-but-unresolved messages per queue (+n
+per pop, -1 per ack, -n per revived CK); a queue over the threshold is skipped
+(``VisitOutcome.OVER_THRESHOLD``) so a consumer that never acks cannot make
+retry traffic grow without bound. The counter is memory-only and clamps at
+0: acks of messages popped before a restart must not drive it negative.
+
 Callers: the popack services' ReceiveMessage handler.
 """
 
@@ -53,6 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from popbroker.pop import errors, receipts, retrytopics
+from popbroker.pop.checkpoints import QueueKey
 
 MAX_BATCH_SIZE = 32
 POP_RETRY_PROBABILITY_PERCENT = 20
@@ -232,3 +240,34 @@ def rest_contribution(
 def total_rest(contributions: Sequence[int]) -> int:
     """Sum of visit contributions: the response's ``rest_num``."""
     return sum(contributions)
+
+
+class InflightCounter:
+    """Popped-but-unresolved messages per queue (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._counts: dict[QueueKey, int] = {}
+
+    def on_pop(self, queue_key: QueueKey, count: int) -> None:
+        """``count`` messages of the queue were handed out."""
+        self._counts[queue_key] = self._counts.get(queue_key, 0) + count
+
+    def on_resolved(self, queue_key: QueueKey, count: int = 1) -> None:
+        """``count`` messages were acked or revived (clamped at 0)."""
+        remaining = self._counts.get(queue_key, 0) - count
+        if remaining > 0:
+            self._counts[queue_key] = remaining
+        else:
+            self._counts.pop(queue_key, None)
+
+    def clear(self, queue_key: QueueKey) -> None:
+        """Forget the queue (FIFO pop, offset reset)."""
+        self._counts.pop(queue_key, None)
+
+    def inflight(self, queue_key: QueueKey) -> int:
+        """Current count for the queue."""
+        return self._counts.get(queue_key, 0)
+
+    def over_threshold(self, queue_key: QueueKey, threshold: int) -> bool:
+        """True when the queue must be skipped (threshold <= 0 disables the guard)."""
+        return threshold > 0 and self._counts.get(queue_key, 0) > threshold
