@@ -1,0 +1,201 @@
+"""Serving the v2 endpoint, and the three roles' lifecycles.
+
+  * :class:`PopackEndpoint` — the popack services behind a ``grpc.aio`` server
+    on ``HOST:PORT`` (port 0 picks a free one; :attr:`PopackEndpoint.port`).
+  * :func:`run_popack`, :func:`run_revive`, :func:`run_all` — what the CLI
+    roles run until SIGTERM/SIGINT: ``popack`` and ``revive`` against a store
+    role on a Unix socket, ``all`` with an in-process ``LocalStore``.
+
+Shutdown, in order: stop accepting calls and give running ones ``grace_s``
+(parked receives are answered, not dropped); drain the checkpoint buffer;
+stop revive; close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from popbroker.grpc.protocol import add_servicer_to_server
+from popbroker.grpc.servicer import MessagingServicer
+from popbroker.services.configcache import ConfigCache
+from popbroker.services.popack import PopackServices
+from popbroker.services.reviving import ReviveService
+from popbroker.services.routing import Endpoint
+from popbroker.services.settings import (
+    Clock,
+    PopackSettings,
+    ReviveRoleSettings,
+    wall_clock_ms,
+)
+from popbroker.store.api import StoreApi
+from popbroker.store.local import LocalStore
+from popbroker.store.settings import StoreSettings
+from popbroker.store.wire.client import RemoteStore
+
+log = logging.getLogger(__name__)
+
+MIB = 1024 * 1024
+STORE_READY_TIMEOUT_S = 60.0
+
+
+class PopackEndpoint:
+    """The popack services served over gRPC."""
+
+    def __init__(self, services: PopackServices, server: grpc.aio.Server, port: int) -> None:
+        self.services = services
+        self.server = server
+        self.port = port
+
+    @classmethod
+    async def start(
+        cls,
+        store: StoreApi,
+        *,
+        listen: str,
+        advertise: str | None = None,
+        settings: PopackSettings | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> PopackEndpoint:
+        """Bind ``listen``, start the services and the server."""
+        base = settings or PopackSettings()
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", base.max_body_bytes + 16 * MIB),
+                ("grpc.max_send_message_length", -1),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        port = server.add_insecure_port(listen)
+        host = Endpoint.parse(listen).host
+        advertised = Endpoint.parse(advertise) if advertise else Endpoint(host, port)
+        services = await PopackServices.open(
+            store, advertised=advertised, settings=base, clock=clock
+        )
+        add_servicer_to_server(MessagingServicer(services, advertised=advertised), server)
+        services.start()
+        await server.start()
+        log.info("popack serving apache.rocketmq.v2.MessagingService on %s:%d", host, port)
+        return cls(services, server, port)
+
+    async def stop(self, *, grace_s: float = 2.0) -> None:
+        """Stop serving (running calls get ``grace_s``), then drain the services."""
+        await self.server.stop(grace_s)
+        await self.services.stop()
+
+
+@dataclass
+class ReviveRole:
+    """The revive service and its task."""
+
+    service: ReviveService
+    task: asyncio.Task[None]
+    stop_event: asyncio.Event
+
+    @classmethod
+    async def start(
+        cls,
+        store: StoreApi,
+        *,
+        settings: ReviveRoleSettings | None = None,
+        clock: Clock = wall_clock_ms,
+    ) -> ReviveRole:
+        info = await store.info()
+        base = settings or ReviveRoleSettings()
+        resolved = ReviveRoleSettings(
+            cluster=info.cluster,
+            broker_name=info.broker_name,
+            scan_batch=base.scan_batch,
+            idle_tick_ms=base.idle_tick_ms,
+            max_tasks_per_round=base.max_tasks_per_round,
+            ledger=base.ledger,
+        )
+        service = ReviveService(
+            store=store,
+            settings=resolved,
+            clock=clock,
+            config=ConfigCache(store, clock=clock),
+        )
+        await service.open()
+        stop_event = asyncio.Event()
+        task = asyncio.create_task(service.run(stop_event), name="revive")
+        return cls(service, task, stop_event)
+
+    async def stop(self) -> None:
+        self.stop_event.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def _remote_store(store_socket: Path) -> RemoteStore:
+    store = RemoteStore.connect(f"unix:{store_socket}")
+    await store.wait_ready(timeout_s=STORE_READY_TIMEOUT_S)
+    return store
+
+
+async def run_popack(
+    *,
+    store_socket: Path,
+    listen: str,
+    advertise: str | None,
+    on_bound: Callable[[int], None] = lambda port: None,
+) -> None:
+    """The popack role: the v2 endpoint in front of a store role."""
+    stop = _stop_on_signals()
+    store = await _remote_store(store_socket)
+    try:
+        endpoint = await PopackEndpoint.start(store, listen=listen, advertise=advertise)
+        on_bound(endpoint.port)
+        await stop.wait()
+        await endpoint.stop()
+    finally:
+        await store.close()
+
+
+async def run_revive(*, store_socket: Path) -> None:
+    """The revive role: revive loops against a store role."""
+    stop = _stop_on_signals()
+    store = await _remote_store(store_socket)
+    try:
+        role = await ReviveRole.start(store)
+        await stop.wait()
+        await role.stop()
+    finally:
+        await store.close()
+
+
+async def run_all(
+    *,
+    data_dir: Path,
+    store_settings: StoreSettings,
+    listen: str,
+    advertise: str | None,
+    on_bound: Callable[[int], None] = lambda port: None,
+) -> None:
+    """All three roles in one process on an in-process ``LocalStore``."""
+    stop = _stop_on_signals()
+    store = LocalStore.open(data_dir, store_settings)
+    try:
+        endpoint = await PopackEndpoint.start(store, listen=listen, advertise=advertise)
+        revive = await ReviveRole.start(store)
+        on_bound(endpoint.port)
+        await stop.wait()
+        await endpoint.stop()
+        await revive.stop()
+    finally:
+        await store.close()

@@ -1,0 +1,287 @@
+"""``apache.rocketmq.v2.MessagingService`` over the popack services.
+
+Conventions for every RPC (fact sheet §0, §6):
+
+  * Failures go in the response's ``status`` with gRPC status OK; the code
+    comes from :mod:`popbroker.grpc.statuses`. An unexpected exception is
+    logged and answered ``INTERNAL_SERVER_ERROR``: bad input never crashes the
+    role. Cancellation is not caught.
+  * Clients are keyed by the ``x-mq-client-id`` header.
+  * ``resource_namespace`` is echoed back and otherwise ignored.
+
+Per RPC:
+
+  * QueryRoute — every member's queues, broker id 0, accepted message types.
+  * Telemetry — each ``settings`` command is answered with ``status OK`` and
+    the merged settings (``publishing.max_body_size``, back-off, receive batch
+    size, long-polling timeout); the stream stays open until the client
+    closes it (5.1.1 clients wait for this answer in ``startup()``).
+  * Heartbeat / NotifyClientTermination — track live clients.
+  * SendMessage — one entry per message; top status is the common code or
+    ``MULTIPLE_RESULTS``.
+  * ReceiveMessage — ``status`` → messages → ``delivery_timestamp``, then the
+    stream ends; an empty poll answers ``MESSAGE_NOT_FOUND``. The poll budget
+    ends before the call's deadline (see :mod:`popbroker.services.receiving`).
+  * AckMessage — per-entry results; ChangeInvisibleDuration — the new handle
+    (the old one on failure, since the client stores whatever comes back);
+    ForwardMessageToDeadLetterQueue; QueryAssignment.
+"""
+
+# ruff: noqa: N802 -- servicer methods carry the gRPC method names (QueryRoute, ...)
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from popbroker.grpc import convert, statuses
+from popbroker.grpc.protocol import Code, MessagingServiceServicer, definition, service
+from popbroker.services import errors
+from popbroker.services.clients import ClientKind
+from popbroker.services.popack import PopackServices
+from popbroker.services.routing import Endpoint
+
+log = logging.getLogger(__name__)
+
+CLIENT_ID_HEADER = "x-mq-client-id"
+
+
+def _client_id(context: Any) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER:
+            return str(value) or None
+    return None
+
+
+def _failure(exc: Exception, rpc: str) -> Any:
+    if not isinstance(exc, statuses.DOMAIN_ERRORS):
+        log.exception("%s failed unexpectedly", rpc, exc_info=exc)
+        return convert.status(Code.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}")
+    return convert.status(statuses.code_of(exc), statuses.reason_of(exc))
+
+
+def _common_status(entry_statuses: list[Any]) -> Any:
+    codes = {s.code for s in entry_statuses}
+    if not entry_statuses:
+        return convert.ok()
+    if len(codes) == 1:
+        return entry_statuses[0]
+    return convert.status(Code.MULTIPLE_RESULTS, "multiple results")
+
+
+class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
+    """The RPCs (see the module docstring)."""
+
+    def __init__(self, services: PopackServices, *, advertised: Endpoint) -> None:
+        self._services = services
+        self._store_host = str(advertised)
+
+    # -- routes and clients ------------------------------------------------------------------
+
+    async def QueryRoute(self, request: Any, context: Any) -> Any:
+        try:
+            route = await self._services.router.route(request.topic.name)
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.QueryRouteResponse(status=_failure(exc, "QueryRoute"))
+        namespace = request.topic.resource_namespace
+        return service.QueryRouteResponse(
+            status=convert.ok(),
+            message_queues=[convert.message_queue(q, namespace=namespace) for q in route],
+        )
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:
+        try:
+            client_id = _client_id(context)
+            if client_id is None:
+                raise errors.ClientIdRequired("x-mq-client-id header is required")
+            assigned = await self._services.router.assignment(
+                topic_name=request.topic.name,
+                group=request.group.name,
+                client_id=client_id,
+                clients=self._services.clients,
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.QueryAssignmentResponse(status=_failure(exc, "QueryAssignment"))
+        namespace = request.topic.resource_namespace
+        return service.QueryAssignmentResponse(
+            status=convert.ok(),
+            assignments=[
+                definition.Assignment(message_queue=convert.message_queue(q, namespace=namespace))
+                for q in assigned
+            ],
+        )
+
+    async def Telemetry(self, request_iterator: Any, context: Any) -> AsyncIterator[Any]:
+        client_id = _client_id(context)
+        async for command in request_iterator:
+            if not command.HasField("settings"):
+                continue  # replies to server commands (stack traces, verifications): nothing to do
+            yield await self._settings_reply(client_id, command.settings)
+
+    async def _settings_reply(self, client_id: str | None, settings: Any) -> Any:
+        services = self._services
+        try:
+            group_name: str | None = None
+            topics: tuple[str, ...]
+            if settings.WhichOneof("pub_sub") == "subscription":
+                group_name = settings.subscription.group.name or None
+                topics = tuple(e.topic.name for e in settings.subscription.subscriptions)
+            else:
+                topics = tuple(t.name for t in settings.publishing.topics)
+            if client_id is not None:
+                services.clients.on_settings(
+                    client_id,
+                    kind=convert.client_kind(settings.client_type),
+                    group=group_name,
+                    topics=topics,
+                )
+            group = None
+            if group_name is not None:
+                group = await services.config.group_or_none(group_name)
+            reply = convert.settings_reply(settings, group=group, settings=services.settings)
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.TelemetryCommand(status=_failure(exc, "Telemetry"))
+        return service.TelemetryCommand(status=convert.ok(), settings=reply)
+
+    async def Heartbeat(self, request: Any, context: Any) -> Any:
+        client_id = _client_id(context)
+        if client_id is None:
+            return service.HeartbeatResponse(
+                status=convert.status(Code.CLIENT_ID_REQUIRED, "x-mq-client-id is required")
+            )
+        group = request.group.name if request.HasField("group") else None
+        self._services.clients.on_heartbeat(
+            client_id, kind=convert.client_kind(request.client_type), group=group or None
+        )
+        return service.HeartbeatResponse(status=convert.ok())
+
+    async def NotifyClientTermination(self, request: Any, context: Any) -> Any:
+        client_id = _client_id(context)
+        if client_id is not None:
+            self._services.clients.on_termination(client_id)
+        return service.NotifyClientTerminationResponse(status=convert.ok())
+
+    # -- producing ---------------------------------------------------------------------------
+
+    async def SendMessage(self, request: Any, context: Any) -> Any:
+        if not request.messages:
+            return service.SendMessageResponse(
+                status=convert.status(Code.MESSAGE_CORRUPTED, "no message to send")
+            )
+        if len({m.topic.name for m in request.messages}) > 1:
+            return service.SendMessageResponse(
+                status=convert.status(Code.MESSAGE_CORRUPTED, "messages for several topics")
+            )
+        entries = []
+        for message in request.messages:
+            message_id = message.system_properties.message_id
+            try:
+                receipt = await self._services.sender.send(convert.outgoing_message(message))
+            except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+                entries.append(
+                    service.SendResultEntry(
+                        status=_failure(exc, "SendMessage"), message_id=message_id
+                    )
+                )
+                continue
+            entries.append(
+                service.SendResultEntry(
+                    status=convert.ok(), message_id=receipt.message_id, offset=receipt.queue_offset
+                )
+            )
+        return service.SendMessageResponse(
+            status=_common_status([e.status for e in entries]), entries=entries
+        )
+
+    async def EndTransaction(self, request: Any, context: Any) -> Any:
+        return service.EndTransactionResponse(
+            status=convert.status(Code.UNSUPPORTED, "transactions are not supported")
+        )
+
+    # -- consuming ---------------------------------------------------------------------------
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        services = self._services
+        remaining_s = context.time_remaining()
+        client_id = _client_id(context)
+        client = services.clients.get(client_id) if client_id is not None else None
+        honour_queue_id = client is not None and client.kind is ClientKind.PUSH_CONSUMER
+        try:
+            delivered = await services.receiver.receive(
+                convert.receive_request(
+                    request,
+                    deadline_remaining_ms=None if remaining_s is None else int(remaining_s * 1000),
+                    honour_queue_id=honour_queue_id,
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            yield service.ReceiveMessageResponse(status=_failure(exc, "ReceiveMessage"))
+        else:
+            if delivered:
+                yield service.ReceiveMessageResponse(status=convert.ok())
+                namespace = request.group.resource_namespace
+                for message in delivered:
+                    yield service.ReceiveMessageResponse(
+                        message=convert.delivered_message(
+                            message, namespace=namespace, store_host=self._store_host
+                        )
+                    )
+            else:
+                yield service.ReceiveMessageResponse(
+                    status=convert.status(Code.MESSAGE_NOT_FOUND, "no new message")
+                )
+        now = service.ReceiveMessageResponse()
+        convert.set_timestamp_ms(now.delivery_timestamp, services.clock())
+        yield now
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:
+        acker = self._services.acker
+        entries = []
+        for entry in request.entries:
+            try:
+                await acker.ack(
+                    group=request.group.name,
+                    topic=request.topic.name,
+                    receipt_handle=entry.receipt_handle,
+                )
+                entry_status = convert.ok()
+            except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+                entry_status = _failure(exc, "AckMessage")
+            entries.append(
+                service.AckMessageResultEntry(
+                    message_id=entry.message_id,
+                    receipt_handle=entry.receipt_handle,
+                    status=entry_status,
+                )
+            )
+        return service.AckMessageResponse(
+            status=_common_status([e.status for e in entries]), entries=entries
+        )
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
+        try:
+            handle = await self._services.acker.change_invisible(
+                group=request.group.name,
+                topic=request.topic.name,
+                receipt_handle=request.receipt_handle,
+                invisible_ms=convert.duration_ms(request.invisible_duration),
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.ChangeInvisibleDurationResponse(
+                status=_failure(exc, "ChangeInvisibleDuration"),
+                receipt_handle=request.receipt_handle,
+            )
+        return service.ChangeInvisibleDurationResponse(status=convert.ok(), receipt_handle=handle)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
+        try:
+            await self._services.acker.forward_to_dlq(
+                group=request.group.name,
+                topic=request.topic.name,
+                receipt_handle=request.receipt_handle,
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.ForwardMessageToDeadLetterQueueResponse(
+                status=_failure(exc, "ForwardMessageToDeadLetterQueue")
+            )
+        return service.ForwardMessageToDeadLetterQueueResponse(status=convert.ok())

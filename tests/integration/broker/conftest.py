@@ -1,0 +1,51 @@
+"""Fixtures: a broker in its own processes, and official-client helpers.
+
+``broker`` runs each test against ``popbroker all`` and against the three
+role processes (store + popack + revive on a Unix socket): the same suite,
+both deployments (DESIGN §3).
+
+The official client is used unmodified. Its local-IP probe (a UDP connect to
+8.8.8.8 to learn the outbound address) is pre-seeded with 127.0.0.1 before any
+client exists, so the tests touch nothing but loopback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rocketmq.v5.util.misc import Misc
+
+from popbroker.store.api import GroupConfig, MessageType, TopicConfig
+from tests.integration.broker.harness import MODES, BrokerProcess
+
+Misc._Misc__LOCAL_IP = "127.0.0.1"
+
+TOPIC = "orders"
+GROUP = "billing"
+FIFO_TOPIC = "fifo-orders"
+FIFO_GROUP = "fifo-billing"
+
+TOPICS = [
+    TopicConfig(TOPIC, read_queue_nums=4, write_queue_nums=4),
+    TopicConfig(FIFO_TOPIC, read_queue_nums=2, write_queue_nums=2, message_type=MessageType.FIFO),
+    TopicConfig("mixed", read_queue_nums=2, write_queue_nums=2, message_type=MessageType.MIXED),
+]
+GROUPS = [
+    GroupConfig(GROUP, max_reconsume_times=2),
+    GroupConfig("other", max_reconsume_times=16),
+    GroupConfig(FIFO_GROUP, fifo=True),
+]
+
+
+@pytest.fixture(params=MODES)
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    process = BrokerProcess.start(
+        tmp_path / "broker", mode=str(request.param), topics=TOPICS, groups=GROUPS
+    )
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(process.logs())  # shown by pytest only when the test failed

@@ -1,0 +1,185 @@
+"""Broker processes for the integration tests: ``popbroker all`` or three role processes.
+
+The broker always runs in processes of its own (the official client then
+talks to it over real loopback gRPC, as a user's client would). Topics and
+groups are seeded into the data directory before the store opens it (the
+admin API is not part of the broker yet). Every process is started with its
+PID recorded and stopped by that PID: SIGTERM, then SIGKILL after a deadline.
+
+Readiness is observed, never slept for: the endpoint's bound port appears in
+``--port-file`` once it serves; the store role is ready when its Unix socket
+answers ``Info``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from popbroker.store.api import GroupConfig, TopicConfig
+from popbroker.store.local import LocalStore
+from popbroker.store.settings import StoreSettings
+from popbroker.store.wire.client import RemoteStore
+
+SEGMENT_BYTES = 8 * 1024 * 1024
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 15.0
+MODES = ("all", "roles")
+
+
+def store_settings() -> StoreSettings:
+    return StoreSettings(segment_bytes=SEGMENT_BYTES, revive_queue_num=4)
+
+
+async def _seed(
+    data_dir: Path, topics: Sequence[TopicConfig], groups: Sequence[GroupConfig]
+) -> None:
+    store = LocalStore.open(data_dir, store_settings())
+    try:
+        for topic in topics:
+            await store.put_topic(topic)
+        for group in groups:
+            await store.put_group(group)
+    finally:
+        await store.close()
+
+
+def _wait_for(
+    predicate: object, *, what: str, timeout_s: float, procs: Sequence[subprocess.Popen[bytes]]
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        for proc in procs:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{what}: process {proc.args!r} exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not ready within {timeout_s} s")
+        time.sleep(0.02)
+
+
+@dataclass
+class BrokerProcess:
+    """A running broker (one ``all`` process, or store + popack + revive)."""
+
+    mode: str
+    work_dir: Path
+    procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.work_dir / "data"
+
+    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        log = (self.work_dir / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "popbroker.cli", *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        log.close()
+        self.procs.append(proc)
+        return proc
+
+    @classmethod
+    def start(
+        cls,
+        work_dir: Path,
+        *,
+        mode: str,
+        topics: Sequence[TopicConfig],
+        groups: Sequence[GroupConfig],
+    ) -> BrokerProcess:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        broker = cls(mode=mode, work_dir=work_dir)
+        asyncio.run(_seed(broker.data_dir, topics, groups))
+        try:
+            broker._start_processes()
+        except BaseException:
+            broker.stop()
+            raise
+        return broker
+
+    def _start_processes(self) -> None:
+        port_file = self.work_dir / "port"
+        settings = store_settings()
+        if self.mode == "all":
+            self._spawn(
+                "all",
+                [
+                    "all",
+                    "--data-dir", str(self.data_dir),
+                    "--listen", "127.0.0.1:0",
+                    "--port-file", str(port_file),
+                    "--segment-bytes", str(settings.segment_bytes),
+                ],
+            )  # fmt: skip
+        else:
+            socket_path = self.work_dir / "store.sock"
+            store_proc = self._spawn(
+                "store",
+                [
+                    "store",
+                    "--data-dir", str(self.data_dir),
+                    "--socket", str(socket_path),
+                    "--segment-bytes", str(settings.segment_bytes),
+                ],
+            )  # fmt: skip
+            asyncio.run(_store_ready(socket_path, store_proc))
+            self._spawn(
+                "popack",
+                [
+                    "popack",
+                    "--store-socket", str(socket_path),
+                    "--listen", "127.0.0.1:0",
+                    "--port-file", str(port_file),
+                ],
+            )  # fmt: skip
+            self._spawn("revive", ["revive", "--store-socket", str(socket_path)])
+        _wait_for(port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=self.procs)
+        self.port = int(port_file.read_text().strip())
+
+    def logs(self) -> str:
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-4000:]}"
+            for p in sorted(self.work_dir.glob("*.log"))
+        )
+
+    def stop(self) -> None:
+        """SIGTERM every process (endpoint first), SIGKILL what outlives the deadline."""
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=STOP_TIMEOUT_S)
+        self.procs.clear()
+
+
+async def _store_ready(socket_path: Path, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not socket_path.exists():
+        if proc.poll() is not None:
+            raise RuntimeError(f"store exited with {proc.returncode}")
+        if time.monotonic() > deadline:
+            raise TimeoutError("store socket did not appear")
+        await asyncio.sleep(0.02)
+    store = RemoteStore.connect(f"unix:{socket_path}")
+    try:
+        await store.wait_ready(timeout_s=START_TIMEOUT_S)
+    finally:
+        await store.close()
