@@ -11,6 +11,7 @@ read of that record must then fail, not return wrong bytes.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,5 +109,42 @@ def test_a_flipped_byte_in_an_old_segment_fails_the_read_of_that_record(
         for (topic, queue_id), expected in grouped.items():
             got = faults.read_queue(store, topic, queue_id)
             assert [m.body for m in got] == [w.body for w in expected]
+    finally:
+        store.close_sync()
+
+
+def _cut_last_segment(data_dir: Path) -> None:
+    last = faults.commitlog_segments(data_dir)[-1]
+    faults.cut_file(last, last.stat().st_size // 2)
+
+
+def _delete_last_segment(data_dir: Path) -> None:
+    faults.commitlog_segments(data_dir)[-1].unlink()
+
+
+@pytest.mark.parametrize(
+    "damage", [_cut_last_segment, _delete_last_segment], ids=["cut", "deleted"]
+)
+def test_a_commit_log_shorter_than_the_flush_checkpoint_is_refused(
+    tmp_path: Path, damage: Callable[[Path], None]
+) -> None:
+    """Bytes below the checkpoint were fsynced; a crash cannot take them back."""
+    written = faults.populate(tmp_path, faults.settings(), count=160)
+    damage(tmp_path)
+    end = sum(p.stat().st_size for p in faults.commitlog_segments(tmp_path)[-1:]) + (
+        (len(faults.commitlog_segments(tmp_path)) - 1) * faults.SEGMENT_BYTES
+    )
+
+    with pytest.raises(CorruptStore) as refused:
+        faults.open_store(tmp_path, faults.settings())
+    message = str(refused.value)
+    assert f"flush checkpoint {written[-1].end}" in message
+    assert "repair" in message
+
+    # repair accepts the loss: every complete record before the damage stays
+    store = faults.open_store(tmp_path, faults.settings(), repair=True)
+    try:
+        assert store.commitlog.end <= end
+        faults.assert_reads_exactly(store, [w for w in written if w.end <= store.commitlog.end])
     finally:
         store.close_sync()

@@ -8,7 +8,8 @@ and ``recover`` verifies the tail after a crash.
 Recovery, in order (see also ``popbroker.store.local``):
 
 1. Start at the segment holding the last flush checkpoint (everything below it was
-   fsynced before the checkpoint was written).
+   fsynced before the checkpoint was written). A log that ends below the checkpoint
+   lost fsynced bytes (a file cut short or deleted): refuse, as in 3a.
 2. Walk records, verifying length, CRC and self-declared position.
 3. At the first bad record:
    a. if it lies below the checkpoint, durable data is damaged: refuse to start
@@ -188,6 +189,8 @@ class CommitLog:
 
     def recover(self, *, checkpoint: int, repair: bool = False) -> RecoveryReport:
         """Verify from the checkpoint's segment to the end; see the module docstring."""
+        if checkpoint > self.end:  # fsynced bytes are gone: a file was cut or deleted
+            self._judge_short_log(checkpoint, repair=repair)
         checkpoint = min(max(checkpoint, self.min_offset), self.end)
         start = max(checkpoint - checkpoint % self.segment_bytes, self.min_offset)
         position, verified = start, 0
@@ -215,6 +218,18 @@ class CommitLog:
             self.file.truncate(position)
         self.file.sync_from(start)  # what was verified is durable before it counts as flushed
         return RecoveryReport(start, self.end, truncated, verified)
+
+    def _judge_short_log(self, checkpoint: int, *, repair: bool) -> None:
+        problem = (
+            f"commit log ends at physical offset {self.end}, below the flush checkpoint "
+            f"{checkpoint}: fsynced data is missing (a segment file was cut short or deleted)"
+        )
+        if not repair:
+            raise CorruptStore(
+                problem + "; refusing to start. Restore the volume, or start with --repair "
+                "to accept the loss."
+            )
+        log.error("%s; --repair given: continuing from the end", problem)
 
     def _judge_damage(
         self, position: int, size: int, reason: str, *, checkpoint: int, repair: bool
