@@ -34,12 +34,23 @@ def flush_mode(request: pytest.FixtureRequest) -> FlushMode:
 async def store(
     tmp_path: Path, implementation: str, flush_mode: FlushMode
 ) -> AsyncIterator[StoreApi]:
-    local = LocalStore.open(tmp_path / "data", small_settings(flush_mode=flush_mode))
-    try:
-        await local.put_topic(TopicConfig("orders", read_queue_nums=4, write_queue_nums=4))
-        yield local
-    finally:
-        await local.close()
+    settings = small_settings(flush_mode=flush_mode)
+    if implementation == "local":
+        local = LocalStore.open(tmp_path / "data", settings)
+        try:
+            await local.put_topic(TopicConfig("orders", read_queue_nums=4, write_queue_nums=4))
+            yield local
+        finally:
+            await local.close()
+        return
+    with store_process_factory(tmp_path) as spawn:
+        process = spawn(tmp_path / "data", settings=settings)
+        remote = await process.connect()
+        try:
+            await remote.put_topic(TopicConfig("orders", read_queue_nums=4, write_queue_nums=4))
+            yield remote
+        finally:
+            await remote.close()
 
 
 @pytest.fixture
