@@ -107,6 +107,12 @@ def test_bad_handles_are_refused_with_a_reason(text: str, reason: str) -> None:
         receipts.decode(text, now_ms=NOW_MS, expected_broker="broker-b", revive_queue_num=8)
 
 
+def test_queue_id_must_exist_when_the_queue_count_is_known() -> None:
+    with pytest.raises(errors.InvalidReceiptHandle, match="queueId"):
+        receipts.decode(UPSTREAM_EXAMPLE, now_ms=NOW_MS, queue_num=1)
+    assert receipts.decode(UPSTREAM_EXAMPLE, now_ms=NOW_MS, queue_num=2).queue_id == 1
+
+
 def test_old_pop_time_is_merely_expired_not_invalid() -> None:
     handle = receipts.decode("0 0 0 0 0 b 0 0 0", now_ms=NOW_MS)
     assert handle.next_visible_ms == 0

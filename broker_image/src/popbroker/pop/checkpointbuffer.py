@@ -282,8 +282,8 @@ class CheckpointBuffer:
         """The CK with ``key`` is durable in the revive log; its batch is handed off.
 
         Returns the acks merged while it was being written (not in the written
-        record), as one ack record the caller must append after the CK; None
-        when there are none or the key is unknown.
+        record), as one ack record the caller must append after the CK, to the
+        CK's revive queue; None when there are none or the key is unknown.
         """
         entry = self._writing.pop(key, None)
         if entry is None:

@@ -34,7 +34,8 @@ Decisions (validation of untrusted input, in this order):
   3. Every integer field is canonical decimal: ``0`` or ``[1-9][0-9]*``, at
      most 19 digits, no sign, no leading zeros, no Unicode digits.
   4. Ranges: offsets ``0 <= x < 2**63``; ``queue_offset >= start_queue_offset``;
-     ``0 <= queue_id < 2**31``; ``revive_queue_id`` is 999 or, when the caller
+     ``0 <= queue_id < 2**31`` and, when the caller passes ``queue_num`` (the
+     real topic's queue count), below it; ``revive_queue_id`` is 999 or, when the caller
      passes ``revive_queue_num``, below it (else below 999);
      ``0 <= invisible_ms <= MAX_HANDLE_INVISIBLE_MS`` (12 h, the proxy's
      maximum invisible time); ``pop_time_ms <= now_ms + MAX_CLOCK_SKEW_MS``
@@ -141,6 +142,7 @@ def decode(
     now_ms: int,
     expected_broker: str | None = None,
     revive_queue_num: int | None = None,
+    queue_num: int | None = None,
 ) -> ReceiptHandle:
     """Parse and validate an untrusted receipt handle.
 
@@ -184,7 +186,7 @@ def decode(
         raise errors.InvalidReceiptHandle(
             f"receipt handle belongs to broker {broker_name!r}, not {expected_broker!r}"
         )
-    if queue_id > MAX_QUEUE_ID:
+    if queue_id > MAX_QUEUE_ID or (queue_num is not None and queue_id >= queue_num):
         raise errors.InvalidReceiptHandle(f"queueId {queue_id} out of range")
     if queue_offset < start_queue_offset:
         raise errors.InvalidReceiptHandle("queueOffset lies before the checkpoint's startOffset")

@@ -61,25 +61,9 @@ from dataclasses import dataclass
 from popbroker.pop import checkpoints, errors, records
 from popbroker.pop.checkpoints import Checkpoint, CheckpointKey
 
-REPUT_BACKOFF_S = (
-    10,
-    20,
-    30,
-    60,
-    120,
-    180,
-    240,
-    300,
-    360,
-    420,
-    480,
-    540,
-    600,
-    1200,
-    1800,
-    3600,
-    7200,
-)
+# rePutCK intervals in seconds (fact sheet §3.8), indexed by attempt, capped at the last.
+REPUT_BACKOFF_S: tuple[int, ...] = (10, 20, 30, 60, 120, 180, 240, 300, 360, 420, 480)
+REPUT_BACKOFF_S += (540, 600, 1200, 1800, 3600, 7200)
 
 
 def reput_backoff_ms(attempt: int) -> int:
