@@ -57,7 +57,9 @@ Concurrency: none here. The services layer holds one lock around every call
 (each is O(log n) or O(entries returned)) and does the I/O outside it.
 
 Callers: the popack services (pop, ack, change-invisible, the flush loop and
-the offset-commit loop).
+the offset-commit loop). Only *pop* CKs are added here: a change-invisible CK
+starts behind the cursor and belongs to no pop's commit order, so it is
+appended to the revive log directly (:mod:`popbroker.pop.invisibility`).
 """
 
 from __future__ import annotations
