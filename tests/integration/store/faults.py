@@ -296,7 +296,13 @@ def mounted_tmpfs(directory: Path, *, size: str) -> Iterator[Path]:
     try:
         yield directory
     finally:
-        subprocess.run(["umount", str(directory)], check=True, timeout=30)
+        umount = subprocess.run(
+            ["umount", str(directory)], capture_output=True, text=True, check=False, timeout=30
+        )
+        if umount.returncode != 0:
+            # never leave a mount behind; then say why (usually files left open)
+            subprocess.run(["umount", "-l", str(directory)], check=True, timeout=30)
+            pytest.fail(f"tmpfs at {directory} was busy at teardown: {umount.stderr.strip()}")
 
 
 # ---------------------------------------------------------------------- the crash writer

@@ -205,3 +205,40 @@ def test_concurrent_sync_appenders_on_a_full_disk_keep_exactly_what_was_acknowle
         faults.assert_reads_exactly(store, acked, queues=appenders)
     finally:
         store.close_sync()
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", [FlushMode.SYNC, FlushMode.ASYNC], ids=["sync", "async"])
+def test_a_store_closed_and_reopened_on_a_full_disk_keeps_every_acknowledged_append(
+    small_disk: Path, mode: FlushMode
+) -> None:
+    """A restart while the disk is still full: close releases the directory, and the
+    store opens again with everything acknowledged."""
+    filler = small_disk / "filler"
+    filler.write_bytes(bytes(FILLER_BYTES))
+    data_dir = small_disk / "data"
+    settings = faults.settings(flush_mode=mode)
+    written: list[faults.Written] = []
+
+    async def fill() -> None:
+        store = LocalStore.open(data_dir, settings)
+        try:
+            await store.put_topic(TopicConfig(faults.TOPIC, faults.QUEUES, faults.QUEUES))
+            await _append_until_full(store, written, body_bytes=8)
+        finally:
+            await store.close()
+
+    asyncio.run(fill())
+    store = faults.open_store(data_dir, settings)  # the disk is still full
+    try:
+        faults.assert_reads_exactly(store, written)
+    finally:
+        store.close_sync()
+    filler.unlink()
+    store = faults.open_store(data_dir, settings)
+    try:
+        faults.assert_reads_exactly(store, written)
+        asyncio.run(_append_one(store, written))
+        faults.assert_reads_exactly(store, written)
+    finally:
+        store.close_sync()

@@ -42,6 +42,9 @@ def write_json(path: Path, value: Any) -> None:
             written = os.write(fd, view)
             view = view[written:]
         os.fsync(fd)
+    except OSError:
+        tmp.unlink(missing_ok=True)  # a half-written temp file only takes space
+        raise
     finally:
         os.close(fd)
     backup = path.with_name(path.name + ".bak")

@@ -31,6 +31,8 @@ Opening runs recovery, in order:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -226,7 +228,7 @@ class LocalStore:
         raw, _source = atomicfiles.read_json(self._config_dir / "offsets.json")
         if raw is not None:
             self.offsets = OffsetTable.from_json(raw)
-        self._write_checkpoint_locked()
+        self._persist_unless_full_locked(self._write_checkpoint_locked)
 
     def _load_metadata(self) -> None:
         raw, source = atomicfiles.read_json(self._config_dir / "metadata.json")
@@ -246,7 +248,7 @@ class LocalStore:
                 )
         revive = names.revive_topic(self.settings.cluster)
         self.metadata.ensure_system_topic(revive, self.settings.revive_queue_num)
-        self._persist_metadata_locked()
+        self._persist_unless_full_locked(self._persist_metadata_locked)
 
     def _parse_metadata(self, raw: object, name: str) -> Metadata:
         """A config file that parses as JSON but not as a config is refused, not overwritten."""
@@ -364,12 +366,7 @@ class LocalStore:
             return
         self._closed = True
         await asyncio.to_thread(self.flusher.stop)
-        with self._lock:
-            self._flush_all_locked()
-            for cq in self._cqs.values():
-                cq.close()
-            self.commitlog.close()
-        self._release()
+        self._close_files()
 
     def close_sync(self) -> None:
         """``close`` for code without an event loop (tools, tests of recovery)."""
@@ -377,12 +374,20 @@ class LocalStore:
             return
         self._closed = True
         self.flusher.stop()
-        with self._lock:
-            self._flush_all_locked()
-            for cq in self._cqs.values():
-                cq.close()
-            self.commitlog.close()
-        self._release()
+        self._close_files()
+
+    def _close_files(self) -> None:
+        """Final flush and persist, then close every file and release the directory,
+        even when that fails (a full disk: the next start recovers the rest)."""
+        try:
+            with self._lock:
+                self._flush_all_locked()
+        finally:
+            with self._lock:
+                for cq in self._cqs.values():
+                    cq.close()
+                self.commitlog.close()
+            self._release()
 
     def _release(self) -> None:
         if self._lock_fd >= 0:
@@ -392,9 +397,22 @@ class LocalStore:
 
     def _flush_all_locked(self) -> None:
         self.commitlog.flush()
-        self._dispatch_upto_locked(self.commitlog.end)
+        with contextlib.suppress(StoreFull):  # taken back; their appenders were failed
+            self._dispatch_upto_locked(self.commitlog.end)
         self.flusher.mark_flushed(self.commitlog.end)
-        self._persist_state_locked()
+        self._persist_unless_full_locked(self._persist_state_locked)
+
+    def _persist_unless_full_locked(self, write: Callable[[], None]) -> None:
+        """Write state files (config, offsets, checkpoint) at open or close; on a full
+        disk note it (unwritable) instead of failing: they may lag safely, recovery
+        rebuilds the rest from the commit log, and a store must open to be read."""
+        try:
+            write()
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            self._last_error = f"disk full writing state files: {exc.strerror}"
+            log.error("%s; the next start recovers them from the commit log", self._last_error)
 
     # ------------------------------------------------------------------ persistence
 
