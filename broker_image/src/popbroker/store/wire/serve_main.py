@@ -51,6 +51,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--flush-interval-ms", type=int)
     parser.add_argument("--segment-bytes", type=int)
     parser.add_argument("--grace-s", type=float, default=2.0)
+    parser.add_argument(
+        "--repair",
+        action="store_true",
+        help="truncate the commit log at damaged durable data instead of refusing to start "
+        "(records after the damage are lost; see docs/operations.md)",
+    )
     parser.add_argument("--log-level", default="INFO")
     args = parser.parse_args(argv)
     if args.socket is None and args.listen is None:
@@ -89,9 +95,10 @@ async def run(
     socket_path: Path | None,
     listen: str | None,
     grace_s: float = 2.0,
+    repair: bool = False,
 ) -> None:
     """Open the store, serve it until a termination signal, then stop in order."""
-    store = LocalStore.open(data_dir, settings)
+    store = LocalStore.open(data_dir, settings, repair=repair)
     try:
         grpc_server = await server.serve(store, socket_path=socket_path, listen=listen)
         stop = asyncio.Event()
@@ -119,6 +126,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 socket_path=args.socket,
                 listen=args.listen,
                 grace_s=args.grace_s,
+                repair=args.repair,
             )
         )
     except (errors.StoreError, OSError, ValueError, RuntimeError) as exc:
