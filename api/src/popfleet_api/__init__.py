@@ -1,0 +1,1 @@
+"""popfleet admin API."""

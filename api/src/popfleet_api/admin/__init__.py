@@ -1,0 +1,1 @@
+"""The ``popfleet.admin.v1`` proto package."""

@@ -1,0 +1,1 @@
+"""Generated admin API stubs (``make proto-api``); never edit them."""
