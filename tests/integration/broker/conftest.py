@@ -41,6 +41,7 @@ GROUPS = [
 
 @pytest.fixture(params=MODES)
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh broker per test, in each deployment."""
     process = BrokerProcess.start(
         tmp_path / "broker", mode=str(request.param), topics=TOPICS, groups=GROUPS
     )
@@ -49,3 +50,17 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerPro
     finally:
         process.stop()
         print(process.logs())  # shown by pytest only when the test failed
+
+
+@pytest.fixture(scope="module", params=MODES)
+def shared_broker(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[BrokerProcess]:
+    """One broker per module and deployment, for tests that leave no state behind."""
+    process = BrokerProcess.start(
+        tmp_path_factory.mktemp("broker"), mode=str(request.param), topics=TOPICS, groups=GROUPS
+    )
+    try:
+        yield process
+    finally:
+        process.stop()
