@@ -145,3 +145,26 @@ def test_consume_queues_and_their_record_deleted_are_rebuilt(tmp_path: Path, cou
         (tmp_path / name).unlink(missing_ok=True)
 
     _assert_reads_as_before(tmp_path, written, before)
+
+
+def test_consume_queue_entries_pointing_at_the_wrong_records_fail_the_read(
+    tmp_path: Path,
+) -> None:
+    """Two entries swapped below the checkpoint: each points at a valid record, but not
+    the one at its queue offset. The read must refuse rather than hand out the wrong
+    message under the wrong offset."""
+    written, _before = _written_and_snapshot(tmp_path, 260)
+    path = _queue_files(tmp_path, 0)[0]
+    raw = bytearray(path.read_bytes())
+    size = fmt.CQ_ENTRY_SIZE
+    second, third = raw[2 * size : 3 * size], raw[3 * size : 4 * size]
+    raw[2 * size : 3 * size], raw[3 * size : 4 * size] = third, second
+    path.write_bytes(bytes(raw))
+
+    store = faults.open_store(tmp_path, SETTINGS)
+    try:
+        with pytest.raises(CorruptStore, match="consume queue"):
+            faults.read_queue(store, faults.TOPIC, 0)
+        faults.assert_reads_exactly(store, written, skip=[0])
+    finally:
+        store.close_sync()

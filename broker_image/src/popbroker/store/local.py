@@ -699,6 +699,12 @@ class LocalStore:
 
     def _message_locked(self, entry: Entry) -> StoredMessage:
         record = self.commitlog.read(entry.physical_offset, entry.size)
+        if record.queue_offset != entry.queue_offset:
+            raise CorruptStore(
+                f"consume queue entry for queue offset {entry.queue_offset} points at physical "
+                f"offset {entry.physical_offset}, which holds {record.topic} queue "
+                f"{record.queue_id} offset {record.queue_offset}"
+            )
         return StoredMessage(
             topic=record.topic,
             queue_id=record.queue_id,
