@@ -13,7 +13,9 @@ One loop, woken by appends (``poke``) or by its interval:
 
 In ASYNC mode step 1-3 run every ``flush_interval_ms``; in SYNC mode as soon as
 an append arrives. A failed fsync fails the waiting appenders (the data may not be
-durable) and marks the store unwritable until a later flush succeeds.
+durable) and marks the store unwritable until a later flush succeeds. A disk too
+full to index (step 3) takes the unacknowledged tail back out of the log; waiters
+below the cut succeed, the others get ``StoreFull`` (``_take_back_waiters``).
 """
 
 from __future__ import annotations
