@@ -199,7 +199,7 @@ class Redelivery:
 Job = tuple[Callable[..., Awaitable[Any]], tuple[Any, ...]]
 
 
-def _run_workers(jobs: Sequence[Job], *, timeout_s: float) -> list[Any]:
+def run_workers(jobs: Sequence[Job], *, timeout_s: float) -> list[Any]:
     """Run each ``fn(*args, results)`` in a spawned process; collect one result per job.
 
     Results come back as ``(job index, value)``, in job order. A worker that outlives
@@ -280,7 +280,7 @@ async def _produce(spec: Spec, count: int, inflight: int, cap_s: float) -> tuple
 
 def produce(spec: Spec, *, count: int, inflight: int = 4, cap_s: float = 60.0) -> Rate:
     """Phase 1 (see the module doc)."""
-    [result] = _run_workers([(_produce, (spec, count, inflight, cap_s))], timeout_s=cap_s + 60)
+    [result] = run_workers([(_produce, (spec, count, inflight, cap_s))], timeout_s=cap_s + 60)
     sent, elapsed, capped = result
     return Rate(sent, elapsed, capped)
 
@@ -326,7 +326,7 @@ def pop_ack(spec: Spec, *, target: int, consumers: int, cap_s: float = 60.0) -> 
         (_consume, (spec.named(f"c{i}"), target, counter, finish, barrier, cap_s))
         for i in range(consumers)
     ]
-    results = _run_workers(jobs, timeout_s=cap_s + 90)
+    results = run_workers(jobs, timeout_s=cap_s + 90)
     started = min(r[0] for r in results)
     done = sum(r[1] for r in results)
     if finish.value > 0:
@@ -406,7 +406,7 @@ def latency(spec: Spec, *, rate: float, duration_s: float = 5.0) -> Latency:
     """Phase 3 (see the module doc)."""
     sent_total = SPAWN.Value("q", 0)
     barrier = SPAWN.Barrier(2)
-    sent, (received, samples) = _run_workers(
+    sent, (received, samples) = run_workers(
         [
             (_paced_producer, (spec.named("lat-producer"), rate, duration_s, sent_total, barrier)),
             (_timed_consumer, (spec.named("lat-consumer"), duration_s, sent_total, barrier)),
@@ -455,7 +455,7 @@ async def _redeliver(spec: Spec, count: int, cap_s: float) -> tuple[list[float],
 
 def redelivery(spec: Spec, *, count: int = 64, cap_s: float = 30.0) -> Redelivery:
     """Phase 4 (see the module doc)."""
-    [result] = _run_workers([(_redeliver, (spec, count, cap_s))], timeout_s=cap_s + 60)
+    [result] = run_workers([(_redeliver, (spec, count, cap_s))], timeout_s=cap_s + 60)
     lateness, early = result
     return Redelivery(spec.invisible_s, count, list(lateness), early)
 
