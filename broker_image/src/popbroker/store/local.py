@@ -684,16 +684,22 @@ class LocalStore:
                 return ReadResult(ReadStatus.OFFSET_OVERFLOW_BADLY, (), high, low, high)
             found: list[StoredMessage] = []
             next_offset = queue_offset
-            for entry in cq.entries(queue_offset, max_scan):
-                next_offset = entry.queue_offset + 1
-                if not parsed.matches_hash(entry.tag_hash, hashes):
-                    continue
-                message = self._message_locked(entry)
-                if not parsed.matches_tag(message.tag):
-                    continue  # a hash collision
-                found.append(message)
-                if len(found) >= max_count:
+            scan_end = min(queue_offset + max_scan, high)
+            chunk = max(max_count, 64)
+            while next_offset < scan_end and len(found) < max_count:
+                entries = cq.entries(next_offset, min(chunk, scan_end - next_offset))
+                if not entries:
                     break
+                for entry in entries:
+                    next_offset = entry.queue_offset + 1
+                    if not parsed.matches_hash(entry.tag_hash, hashes):
+                        continue
+                    message = self._message_locked(entry)
+                    if not parsed.matches_tag(message.tag):
+                        continue  # a hash collision
+                    found.append(message)
+                    if len(found) >= max_count:
+                        break
             status = ReadStatus.FOUND if found else ReadStatus.NO_MATCHED_MESSAGE
             return ReadResult(status, tuple(found), next_offset, low, high)
 
