@@ -1,0 +1,338 @@
+"""The ``popfleet.admin.v1.BrokerAdmin`` RPCs over one ``StoreApi``.
+
+Each RPC, as numbered steps:
+
+  1. Convert and validate the request (:mod:`popbroker.admin.convert`); a bad
+     field ends the call with INVALID_ARGUMENT before anything is read.
+  2. Check it against the current state: unknown names are NOT_FOUND, shrinking
+     queues and deleting system topics FAILED_PRECONDITION.
+  3. Only then change the store. Config changes run one at a time under one
+     lock, so steps 2 and 3 see the same state (the store checks again,
+     atomically, and its errors map through :mod:`popbroker.admin.errors`).
+
+A refusal therefore always means "nothing changed". Any other exception is
+logged here and answered INTERNAL: bad input never crashes the role.
+
+Callers: :mod:`popbroker.admin.server`.
+"""
+
+# ruff: noqa: N802 -- servicer methods carry the gRPC method names
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+
+from popbroker import __version__
+from popbroker.admin import convert, inspecting, scanning
+from popbroker.admin.errors import (
+    REASON_METADATA_KEY,
+    AdminRefusal,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    status_of_store_error,
+)
+from popbroker.admin.popstate import PopStateProvider
+from popbroker.store import names
+from popbroker.store.api import ConsumeModeConfig, StoreApi
+from popbroker.store.errors import StoreError
+from popfleet_api.admin.v1 import admin_pb2 as pb
+from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], int]
+_Req = TypeVar("_Req")
+_Resp = TypeVar("_Resp")
+_Self = TypeVar("_Self", bound="AdminServicer")
+
+
+def _status_of(method: str, exc: BaseException) -> tuple[grpc.StatusCode, str, str]:
+    if isinstance(exc, AdminRefusal):
+        return exc.code, exc.reason, exc.message
+    if isinstance(exc, StoreError):
+        code, reason = status_of_store_error(exc)
+        return code, reason, str(exc)
+    log.error("admin: %s failed unexpectedly", method, exc_info=exc)
+    return grpc.StatusCode.INTERNAL, "INTERNAL", f"internal error in {method}: {type(exc).__name__}"
+
+
+async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
+    code, reason, message = _status_of(method, exc)
+    await context.abort(code, message, trailing_metadata=((REASON_METADATA_KEY, reason),))
+
+
+def _answering(
+    method: Callable[[_Self, _Req, Any], Awaitable[_Resp]],
+) -> Callable[[_Self, _Req, Any], Awaitable[_Resp]]:
+    """Wrap a unary RPC so every failure becomes a status (see the module docstring)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: _Self, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
+        try:
+            return await method(self, request, context)
+        except Exception as exc:  # noqa: BLE001 -- the edge: refusals, store errors, bugs
+            failure: Exception = exc
+        await _abort(context, method.__name__, failure)
+        raise AssertionError("context.abort returned")  # pragma: no cover
+
+    return wrapper
+
+
+def _streaming(
+    method: Callable[[_Self, _Req, Any], AsyncIterator[_Resp]],
+) -> Callable[[_Self, _Req, Any], AsyncIterator[_Resp]]:
+    """Wrap a server-streaming RPC so every failure becomes a status."""
+
+    @functools.wraps(method)
+    async def wrapper(
+        self: _Self, request: _Req, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[_Resp]:
+        try:
+            async for item in method(self, request, context):
+                yield item
+            return
+        except Exception as exc:  # noqa: BLE001 -- the edge: refusals, store errors, bugs
+            failure: Exception = exc
+        await _abort(context, method.__name__, failure)
+
+    return wrapper
+
+
+class AdminServicer(pb_grpc.BrokerAdminServicer):
+    """``BrokerAdmin`` over a store (see the module docstring)."""
+
+    def __init__(
+        self,
+        store: StoreApi,
+        *,
+        pop_state: PopStateProvider,
+        clock: Clock,
+        client_endpoint: str | None = None,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
+        self._store = store
+        self._pop_state = pop_state
+        self._clock = clock
+        self._client_endpoint = client_endpoint
+        self._ready = ready
+        self._config_lock = asyncio.Lock()
+
+    # ------------------------------------------------------------------ broker and members
+
+    @_answering
+    async def GetBrokerInfo(
+        self, request: pb.GetBrokerInfoRequest, context: grpc.aio.ServicerContext
+    ) -> pb.BrokerInfo:
+        info = await self._store.info()
+        topics = {t.name: t for t in await self._store.topics()}
+        revive = topics.get(names.revive_topic(info.cluster))
+        endpoint = self._client_endpoint
+        if endpoint is None:
+            mine = [m for m in await self._store.members() if m.broker_name == info.broker_name]
+            endpoint = mine[0].endpoint if mine else ""
+        ready = info.writable and (self._ready is None or self._ready())
+        return pb.BrokerInfo(
+            version=__version__,
+            cluster=info.cluster,
+            broker_name=info.broker_name,
+            ready=ready,
+            config_epoch=info.config_epoch,
+            client_endpoint=endpoint,
+            flush_mode=pb.FlushMode.ValueType(convert.FLUSH_MODE_TO_PB[info.flush_mode]),
+            revive_queue_num=revive.queue_nums if revive else 0,
+            last_error=info.last_error,
+            now_ms=self._clock(),
+        )
+
+    @_answering
+    async def SetMembers(
+        self, request: pb.SetMembersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.SetMembersResponse:
+        members = convert.members_from_pb(request.members)
+        async with self._config_lock:
+            await self._store.set_members(members)
+            stored = await self._store.members()
+        return pb.SetMembersResponse(members=[convert.member_to_pb(m) for m in stored])
+
+    @_answering
+    async def GetMembers(
+        self, request: pb.GetMembersRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetMembersResponse:
+        members = await self._store.members()
+        return pb.GetMembersResponse(members=[convert.member_to_pb(m) for m in members])
+
+    # ------------------------------------------------------------------ topics
+
+    @_answering
+    async def PutTopic(
+        self, request: pb.PutTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PutTopicResponse:
+        if not request.HasField("topic"):
+            raise InvalidArgument("topic: missing", reason="MISSING_FIELD")
+        wanted = convert.topic_from_pb(request.topic)
+        async with self._config_lock:
+            current = {t.name: t for t in await self._store.topics()}.get(wanted.name)
+            if current is not None:
+                convert.check_no_shrink(current, wanted)
+            stored = await self._store.put_topic(wanted)
+        return pb.PutTopicResponse(topic=convert.topic_to_pb(stored), created=current is None)
+
+    @_answering
+    async def DeleteTopic(
+        self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteTopicResponse:
+        async with self._config_lock:
+            if request.name not in {t.name for t in await self._store.topics()}:
+                raise NotFound(f"topic {request.name!r} does not exist", reason="UNKNOWN_TOPIC")
+            if names.is_system_topic(request.name):
+                raise FailedPrecondition(
+                    f"system topic {request.name!r} cannot be deleted", reason="SYSTEM_TOPIC"
+                )
+            await self._store.delete_topic(request.name)
+        return pb.DeleteTopicResponse()
+
+    @_answering
+    async def ListTopics(
+        self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListTopicsResponse:
+        topics = sorted(await self._store.topics(), key=lambda t: t.name)
+        return pb.ListTopicsResponse(
+            topics=[
+                convert.topic_to_pb(t)
+                for t in topics
+                if request.include_system or not names.is_system_topic(t.name)
+            ]
+        )
+
+    # ------------------------------------------------------------------ groups
+
+    @_answering
+    async def PutGroup(
+        self, request: pb.PutGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.PutGroupResponse:
+        if not request.HasField("group"):
+            raise InvalidArgument("group: missing", reason="MISSING_FIELD")
+        wanted = convert.group_from_pb(request.group)
+        async with self._config_lock:
+            existed = wanted.name in {g.name for g in await self._store.groups()}
+            stored = await self._store.put_group(wanted)
+        return pb.PutGroupResponse(group=convert.group_to_pb(stored), created=not existed)
+
+    @_answering
+    async def DeleteGroup(
+        self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext
+    ) -> pb.DeleteGroupResponse:
+        async with self._config_lock:
+            await self._require_group(request.name)
+            await self._store.delete_group(request.name)
+        return pb.DeleteGroupResponse()
+
+    @_answering
+    async def ListGroups(
+        self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListGroupsResponse:
+        groups = sorted(await self._store.groups(), key=lambda g: g.name)
+        return pb.ListGroupsResponse(groups=[convert.group_to_pb(g) for g in groups])
+
+    async def _require_group(self, name: str) -> None:
+        if name not in {g.name for g in await self._store.groups()}:
+            raise NotFound(f"group {name!r} does not exist", reason="UNKNOWN_GROUP")
+
+    async def _require_user_topic(self, name: str) -> None:
+        if names.is_system_topic(name) or name not in {t.name for t in await self._store.topics()}:
+            raise NotFound(f"topic {name!r} does not exist", reason="UNKNOWN_TOPIC")
+
+    # ------------------------------------------------------------------ consume modes
+
+    @_answering
+    async def SetConsumeMode(
+        self, request: pb.SetConsumeModeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumeModeSetting:
+        wanted = convert.consume_mode_from_pb(request)
+        async with self._config_lock:
+            await self._require_group(wanted.group)
+            await self._require_user_topic(wanted.topic)
+            stored = await self._store.put_consume_mode(wanted)
+        return convert.consume_mode_to_pb(stored, explicitly_set=True)
+
+    @_answering
+    async def GetConsumeMode(
+        self, request: pb.GetConsumeModeRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ConsumeModeSetting:
+        convert.check_name(request.group, kind="group")
+        convert.check_name(request.topic, kind="topic")
+        await self._require_group(request.group)
+        await self._require_user_topic(request.topic)
+        for mode in await self._store.consume_modes():
+            if (mode.group, mode.topic) == (request.group, request.topic):
+                return convert.consume_mode_to_pb(mode, explicitly_set=True)
+        default = ConsumeModeConfig(group=request.group, topic=request.topic)
+        return convert.consume_mode_to_pb(default, explicitly_set=False)
+
+    @_answering
+    async def ListConsumeModes(
+        self, request: pb.ListConsumeModesRequest, context: grpc.aio.ServicerContext
+    ) -> pb.ListConsumeModesResponse:
+        group = request.group if request.HasField("group") else None
+        if group is not None:
+            convert.check_name(group, kind="group")
+            await self._require_group(group)
+        modes = sorted(await self._store.consume_modes(), key=lambda m: (m.group, m.topic))
+        return pb.ListConsumeModesResponse(
+            modes=[
+                convert.consume_mode_to_pb(m, explicitly_set=True)
+                for m in modes
+                if group is None or m.group == group
+            ]
+        )
+
+    # ------------------------------------------------------------------ offsets and revive
+
+    @_answering
+    async def GetOffsets(
+        self, request: pb.GetOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetOffsetsResponse:
+        return await inspecting.group_offsets(
+            self._store,
+            self._pop_state,
+            group=request.group,
+            topics=list(request.topics),
+            now_ms=self._clock(),
+        )
+
+    @_answering
+    async def GetReviveStats(
+        self, request: pb.GetReviveStatsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.GetReviveStatsResponse:
+        info = await self._store.info()
+        return await inspecting.revive_stats(
+            self._store, self._pop_state, cluster=info.cluster, now_ms=self._clock()
+        )
+
+    # ------------------------------------------------------------------ scans
+
+    @_streaming
+    async def ScanReviveLog(
+        self, request: pb.ScanReviveLogRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReviveLogPage]:
+        info = await self._store.info()
+        async for page in scanning.revive_log_pages(
+            self._store, cluster=info.cluster, request=request
+        ):
+            yield page
+
+    @_streaming
+    async def ScanOffsets(
+        self, request: pb.ScanOffsetsRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.OffsetTablePage]:
+        async for page in scanning.offset_table_pages(
+            self._store, self._pop_state, request=request
+        ):
+            yield page
