@@ -38,6 +38,7 @@ import queue
 import statistics
 import struct
 import time
+import traceback
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -246,7 +247,7 @@ def _guarded(coro_fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return asyncio.run(coro_fn(*args))
     except Exception as exc:  # noqa: BLE001 - a worker reports every failure to its parent
-        return f"{type(exc).__name__}: {exc}"
+        return f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=-4)}"
 
 
 # -- 1. produce ------------------------------------------------------------------------------

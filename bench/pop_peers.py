@@ -1,0 +1,337 @@
+"""popfleet next to NATS JetStream and Redis Streams: POP-style consumption on loopback.
+
+One run starts each server in turn on a fresh temp dir and a free 127.0.0.1 port
+(:mod:`bench.peers.servers`), measures it, and stops it by PID. Every system gets
+the same four phases through its adapter (:mod:`bench.peers.workload`), with 1 KiB
+messages and batches of 32:
+
+1. produce ``--messages`` (4 batches in flight from one producer process);
+2. pop+ack the backlog with 1 consumer process (group ``g1``), then the same
+   backlog again with 4 consumer processes (group ``g4``);
+3. send->receive latency p50/p99 at half of the measured max load
+   (``min(produce, pop+ack 1)`` of this run) for ``--latency-seconds``;
+4. redelivery lateness after the invisible deadline (``--invisible-s``): popfleet's
+   invisible time, NATS' AckWait, Redis' XAUTOCLAIM min-idle-time polled every
+   ``--redis-poll-s``.
+
+popfleet is driven by our batching v2 generator (:mod:`bench.peers.v2load`); its
+official-client figure (:mod:`bench.peers.officialload`) is measured next to it.
+The order of the systems rotates between runs. The JSON (``bench/results/
+pop_peers.json``) keeps every run, the medians of the runs and the ratios
+popfleet/NATS and popfleet/Redis of the medians (for throughput > 1 means popfleet
+is faster; for latency and lateness > 1 means popfleet is slower).
+
+Needs the bench-only clients: ``.venv/bin/pip install -r requirements/bench.txt``.
+The servers come from Debian (``apt-get install -y nats-server redis-server``;
+installed by the harness when missing and run as root).
+
+Run: ``python -m bench.pop_peers [--runs 3] [--messages 20000]``. Benchmarks are
+not tests: nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from bench.peers import servers, workload
+
+SYSTEMS = ("nats", "redis", "popfleet")
+PEERS = ("nats", "redis")
+NOT_MEASURED = "not measured: endpoint not available"
+TOPICS = ("bench", "lat", "redeliver", "official")
+GROUPS = ("g1", "g4", "glat", "gre", "gofficial")
+
+# (JSON key, path into one run's figures); throughput first, then latency-like.
+METRICS: tuple[tuple[str, tuple[str, str]], ...] = (
+    ("produce_msgs_per_s", ("produce", "msgs_per_s")),
+    ("pop_ack_1_msgs_per_s", ("pop_ack_1", "msgs_per_s")),
+    ("pop_ack_4_msgs_per_s", ("pop_ack_4", "msgs_per_s")),
+    ("latency_rate_per_s", ("latency", "target_rate_per_s")),
+    ("latency_p50_ms", ("latency", "p50_ms")),
+    ("latency_p99_ms", ("latency", "p99_ms")),
+    ("redelivery_p50_ms", ("redelivery", "p50_ms")),
+    ("redelivery_p99_ms", ("redelivery", "p99_ms")),
+    ("redelivery_max_ms", ("redelivery", "max_ms")),
+)
+OFFICIAL_METRICS: tuple[tuple[str, tuple[str, str]], ...] = (
+    ("produce_msgs_per_s", ("produce", "msgs_per_s")),
+    ("pop_ack_1_msgs_per_s", ("pop_ack_1", "msgs_per_s")),
+)
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--messages", type=int, default=20_000)
+    parser.add_argument("--official-messages", type=int, default=2_000)
+    parser.add_argument("--latency-seconds", type=float, default=5.0)
+    parser.add_argument("--redelivery-messages", type=int, default=64)
+    parser.add_argument("--invisible-s", type=float, default=2.0)
+    parser.add_argument("--redis-poll-s", type=float, default=0.05)
+    parser.add_argument("--cap-s", type=float, default=60.0, help="time cap of each phase")
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--name", default="pop_peers", help="results file name (no .json)")
+    return parser.parse_args(argv)
+
+
+def _measure(system: str, endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+    """The four phases against one running server; one run's figures."""
+
+    def spec(topic: str, group: str, **extra: Any) -> workload.Spec:
+        return workload.Spec(system=system, endpoint=endpoint, topic=topic, group=group, **extra)
+
+    figures: dict[str, Any] = {}
+    produced = workload.produce(spec("bench", "g1"), count=args.messages, cap_s=args.cap_s)
+    figures["produce"] = produced.as_json()
+    pop1 = workload.pop_ack(
+        spec("bench", "g1"), target=produced.count, consumers=1, cap_s=args.cap_s
+    )
+    figures["pop_ack_1"] = pop1.as_json()
+    figures["pop_ack_4"] = workload.pop_ack(
+        spec("bench", "g4"), target=produced.count, consumers=4, cap_s=args.cap_s
+    ).as_json()
+    rate = max(10.0, min(produced.per_s, pop1.per_s) / 2)
+    figures["latency"] = workload.latency(
+        spec("lat", "glat"), rate=rate, duration_s=args.latency_seconds
+    ).as_json()
+    figures["redelivery"] = workload.redelivery(
+        spec("redeliver", "gre", invisible_s=args.invisible_s, reclaim_poll_s=args.redis_poll_s),
+        count=args.redelivery_messages,
+        cap_s=args.invisible_s * 3 + 20,
+    ).as_json()
+    return figures
+
+
+def _measure_official(endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
+    from bench.peers import officialload  # noqa: PLC0415 - popfleet only
+
+    produced = officialload.produce(
+        endpoint, "official", count=args.official_messages, cap_s=args.cap_s
+    )
+    consumed = officialload.pop_ack(
+        endpoint, "official", "gofficial", count=produced.count, cap_s=args.cap_s
+    )
+    return {"produce": produced.as_json(), "pop_ack_1": consumed.as_json()}
+
+
+def _one_run(system: str, args: argparse.Namespace, binaries: servers.Binaries) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix=f"pop-peers-{system}-") as tmp:
+        work_dir = Path(tmp)
+        if system == "nats":
+            server = servers.start_nats(binaries, work_dir)
+        elif system == "redis":
+            server = servers.start_redis(binaries, work_dir)
+        else:
+            server = servers.start_popfleet(
+                work_dir, topics=[servers.PopfleetTopic(t) for t in TOPICS], groups=GROUPS
+            )
+        try:
+            figures = _measure(system, server.endpoint, args)
+            if system == "popfleet" and args.official_messages > 0:
+                figures["official_client"] = _measure_official(server.endpoint, args)
+        except BaseException:
+            print(f"{system} failed; server log tail:\n{server.log_tail()}", file=sys.stderr)
+            raise
+        finally:
+            server.stop()
+            left = server.alive_pids()
+            if left:
+                print(f"warning: {system} PIDs still alive after stop: {left}", file=sys.stderr)
+    figures["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    return figures
+
+
+def _medians(
+    runs: list[dict[str, Any]], metrics: tuple[tuple[str, tuple[str, str]], ...]
+) -> dict[str, float]:
+    return {
+        key: round(workload.median_of([float(run[a][b]) for run in runs]), 3)
+        for key, (a, b) in metrics
+    }
+
+
+def _ratios(ours: dict[str, float], theirs: dict[str, float]) -> dict[str, float | None]:
+    return {
+        key: (round(ours[key] / theirs[key], 3) if theirs.get(key) else None) for key, _ in METRICS
+    }
+
+
+def _order(systems: list[str], run: int) -> list[str]:
+    shift = run % len(systems)
+    return systems[shift:] + systems[:shift]
+
+
+def _config(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "runs": args.runs,
+        "messages": args.messages,
+        "body_bytes": workload.BODY_BYTES,
+        "batch": workload.BATCH,
+        "producer_inflight_batches": 4,
+        "official_messages": args.official_messages,
+        "latency_seconds": args.latency_seconds,
+        "latency_rate": "half of min(produce, pop_ack_1) of the same run",
+        "redelivery_messages": args.redelivery_messages,
+        "invisible_s": args.invisible_s,
+        "redis_reclaim_poll_s": args.redis_poll_s,
+        "phase_cap_s": args.cap_s,
+    }
+
+
+METHOD = {
+    "nats": "nats-server -js, file-backed stream, durable pull consumer: publish_async x32 "
+    "then wait every PubAck; fetch(32) + msg.ack() x n + one flush (PING/PONG); "
+    "redelivery = AckWait",
+    "redis": "redis-server AOF everysec, no RDB: pipelined XADD x32; XREADGROUP COUNT 32 "
+    "+ one XACK; redelivery = XAUTOCLAIM min-idle-time=invisible, polled by the consumer "
+    "every redis_reclaim_poll_s (Redis has no redelivery timer: its figure is the "
+    "polling interval's)",
+    "popfleet": "popbroker all (async flush) driven by bench/peers/v2load.py: SendMessage "
+    "with 32 messages; ReceiveMessage batch 32 + one AckMessage with 32 entries; "
+    "redelivery = invisible time, revived to the retry topic",
+    "official_client": "rocketmq-python-client 5.1.2 Producer.send_async / SimpleConsumer "
+    "receive(32) + ack: one message per RPC, window of 32 in flight",
+    "latency": "scheduled send time (CLOCK_MONOTONIC) to receive, 1 paced producer + 1 "
+    "consumer process; first 0.5 s dropped",
+    "redelivery": "lateness = return time - (receive request start + invisible time): an "
+    "upper bound, includes up to one receive round trip",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    systems = [s for s in args.systems.split(",") if s]
+    unknown = set(systems) - set(SYSTEMS)
+    if unknown:
+        raise SystemExit(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+    if "nats" in systems:
+        workload.requirement("nats")
+    if "redis" in systems:
+        workload.requirement("redis")
+    binaries = servers.ensure_binaries()
+    popfleet_reason = servers.popfleet_available() if "popfleet" in systems else None
+    if popfleet_reason is not None:
+        print(f"popfleet {NOT_MEASURED}: {popfleet_reason}", file=sys.stderr)
+    measured = [s for s in systems if s != "popfleet" or popfleet_reason is None]
+
+    runs: dict[str, list[dict[str, Any]]] = {s: [] for s in measured}
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    started = time.monotonic()
+    for run in range(args.runs):
+        for system in _order(measured, run):
+            print(f"== run {run + 1}/{args.runs}: {system}", flush=True)
+            figures = _one_run(system, args, binaries)
+            runs[system].append(figures)
+            _print_run(system, figures)
+
+    results: dict[str, Any] = {}
+    for system in measured:
+        entry: dict[str, Any] = {"runs": runs[system], "median": _medians(runs[system], METRICS)}
+        official = [r["official_client"] for r in runs[system] if "official_client" in r]
+        if official:
+            entry["official_client"] = {
+                "runs": official,
+                "median": _medians(official, OFFICIAL_METRICS),
+            }
+        results[system] = entry
+    if "popfleet" in systems and popfleet_reason is not None:
+        results["popfleet"] = {"status": NOT_MEASURED, "reason": popfleet_reason}
+
+    ratios: dict[str, Any] = {}
+    if "popfleet" in measured:
+        for peer in PEERS:
+            if peer in measured:
+                ratios[f"popfleet/{peer}"] = _ratios(
+                    results["popfleet"]["median"], results[peer]["median"]
+                )
+    elif "popfleet" in systems:
+        ratios = {f"popfleet/{peer}": NOT_MEASURED for peer in PEERS if peer in measured}
+
+    path = common.write(
+        args.name,
+        {
+            "config": _config(args),
+            "versions": {**binaries.versions(), **_client_versions()},
+            "method": METHOD,
+            "systems": results,
+            "ratios": ratios,
+            "load_average": {
+                "before": load_before,
+                "after": [round(x, 2) for x in os.getloadavg()],
+            },
+            "wall_seconds": round(time.monotonic() - started, 1),
+            "note": "shared 2-core machine: figures move with whatever else runs",
+        },
+    )
+    _print_summary(results, ratios)
+    print(f"wrote {path}")
+    return 0
+
+
+def _client_versions() -> dict[str, str]:
+    from importlib import metadata  # noqa: PLC0415
+
+    out: dict[str, str] = {}
+    for dist in ("nats-py", "redis", "rocketmq-python-client", "grpcio"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def _print_run(system: str, figures: dict[str, Any]) -> None:
+    def line(key: str) -> str:
+        return f"{figures[key]['msgs_per_s']:>8.0f}/s"
+
+    lat, red = figures["latency"], figures["redelivery"]
+    print(
+        f"   produce {line('produce')}  pop+ack 1 {line('pop_ack_1')}  "
+        f"pop+ack 4 {line('pop_ack_4')}  latency@{lat['target_rate_per_s']:.0f}/s "
+        f"p50 {lat['p50_ms']:.2f} p99 {lat['p99_ms']:.2f} ms  "
+        f"redelivery p50 {red['p50_ms']:.0f} p99 {red['p99_ms']:.0f} ms",
+        flush=True,
+    )
+    if "official_client" in figures:
+        off = figures["official_client"]
+        print(
+            f"   official client: produce {off['produce']['msgs_per_s']:.0f}/s  "
+            f"pop+ack 1 {off['pop_ack_1']['msgs_per_s']:.0f}/s",
+            flush=True,
+        )
+
+
+def _print_summary(results: dict[str, Any], ratios: dict[str, Any]) -> None:
+    print("\nmedians:")
+    keys = [key for key, _ in METRICS]
+    print(f"{'':<12}" + "".join(f"{k[:18]:>20}" for k in keys))
+    for system, entry in results.items():
+        if "median" not in entry:
+            print(f"{system:<12}{entry.get('status', '')}")
+            continue
+        print(f"{system:<12}" + "".join(f"{entry['median'][k]:>20.2f}" for k in keys))
+        if "official_client" in entry:
+            official = entry["official_client"]["median"]
+            print(
+                f"{'  official':<12}"
+                + "".join(f"{official[k]:>20.2f}" if k in official else f"{'':>20}" for k in keys)
+            )
+    for name, values in ratios.items():
+        if isinstance(values, dict):
+            print(
+                f"{name:<12}"
+                + "".join(
+                    f"{values[k]:>20.3f}" if values[k] is not None else f"{'-':>20}" for k in keys
+                )
+            )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
