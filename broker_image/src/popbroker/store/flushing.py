@@ -144,13 +144,20 @@ class Flusher:
         try:
             SegmentedFile.sync_and_close(fds)
         except OSError as exc:
-            log.error("commit log fsync failed: %s", exc)
-            error: StoreError = (
-                StoreFull(f"fsync failed: {exc}") if exc.errno == 28 else StoreError(str(exc))
+            # Fail-stop, as databases do: after a failed fsync the kernel may have dropped
+            # the dirty pages, and a retried fsync can report success for data that is gone.
+            # Refuse every further write; a restart re-verifies the log from the checkpoint.
+            message = (
+                f"commit log fsync failed ({exc}); the store accepts no more writes - "
+                "restart it so recovery can verify the log"
             )
+            log.error("%s", message)
+            error: StoreError = StoreFull(message) if exc.errno == 28 else StoreError(message)
             with store._lock:
-                store._last_error = str(error)
-            self._release_waiters(target, error)
+                store._last_error = message
+                store._fsync_failure = message
+                store._pending.clear()  # never index what may not be durable
+            self._fail_all_waiters(error)
             return
         self.flush_latencies_ms.append((time.perf_counter() - started) * 1000)
         if len(self.flush_latencies_ms) > 4096:
@@ -164,6 +171,12 @@ class Flusher:
                     return
             self.mark_flushed(target)
         self._release_waiters(target, None)
+
+    def _fail_all_waiters(self, error: StoreError) -> None:
+        with self._waiters_lock:
+            failed, self._waiters = self._waiters, []
+        for _end, _seq, future, loop in failed:
+            loop.call_soon_threadsafe(_fail, future, error)
 
     def _take_back_waiters(self, kept: int, error: StoreFull) -> None:
         """Under the store lock, after a take-back cut the log at ``kept``: appenders

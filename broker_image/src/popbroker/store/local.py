@@ -160,6 +160,7 @@ class LocalStore:
         self._lock = threading.RLock()
         self._closed = False
         self._last_error = ""
+        self._fsync_failure = ""  # set once by the flusher; the store then refuses writes
         self._config_dir = data_dir / "config"
         self._config_dir.mkdir(parents=True, exist_ok=True)
         self.metadata = Metadata()
@@ -470,6 +471,8 @@ class LocalStore:
         """``append_nowait`` plus the flusher's take-back count seen under the lock."""
         if self._closed:
             raise StoreClosed("store is closed")
+        if self._fsync_failure:
+            raise StoreError(self._fsync_failure)
         if not messages:
             raise InvalidArgument("append needs at least one message")
         now_ms = self.clock()
