@@ -42,3 +42,5 @@ def test_pod_service_account_is_allowed_and_denied_by_rbac(
     for check in checks:
         path, _, status = check.rpartition("=")
         assert f"{path} {status}" in log
+    # The same log through the apiserver and the kubelet's log endpoint.
+    assert testbed.kubectl("logs", "-n", ns, "client") == log

@@ -89,6 +89,7 @@ class Info:
     bin_dir: Path
     etcd_port: int
     api_port: int
+    kubelet_port: int
 
     @property
     def server_url(self) -> str:
@@ -108,6 +109,7 @@ class Info:
             "bin_dir": str(self.bin_dir),
             "etcd_port": self.etcd_port,
             "api_port": self.api_port,
+            "kubelet_port": self.kubelet_port,
         }
         self.layout.info.write_text(json.dumps(doc, indent=2) + "\n")
 
@@ -123,6 +125,7 @@ class Info:
             bin_dir=Path(doc["bin_dir"]),
             etcd_port=int(doc["etcd_port"]),
             api_port=int(doc["api_port"]),
+            kubelet_port=int(doc["kubelet_port"]),
         )
 
 
@@ -215,6 +218,7 @@ def up(
         bin_dir=bins.directory,
         etcd_port=free_port(),
         api_port=free_port(),
+        kubelet_port=free_port(),
     )
     pki.generate(layout.pki, node_name=node_name, server_url=info.server_url)
     starter = _Starter(layout)
@@ -283,6 +287,11 @@ def _start_all(info: Info, starter: _Starter) -> None:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--proxy-client-cert-file={p / 'front-proxy-client.crt'}",
             f"--proxy-client-key-file={p / 'front-proxy-client.key'}",
+            # `kubectl logs`: the apiserver dials the kubelet's log endpoint on 127.0.0.1.
+            f"--kubelet-certificate-authority={p / 'ca.crt'}",
+            f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
+            "--kubelet-preferred-address-types=InternalIP",
         ],
     )
     starter.wait(

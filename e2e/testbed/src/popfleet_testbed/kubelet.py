@@ -17,6 +17,8 @@ Loop (every ``TICK_S``, single-threaded; probes run on a small thread pool):
    c. start/restart containers (``runtime``), run probes, patch status when it changed;
 4. pods that vanished from the list (force-deleted) are killed at once.
 
+``logserver`` answers the apiserver's ``/containerLogs`` calls, so ``kubectl logs`` works.
+
 On SIGTERM the kubelet stops every container (SIGTERM, SIGKILL after 10 s) and exits.
 
 Pod IPs are loopback addresses so that many pods can bind the same port on one host and
@@ -41,6 +43,7 @@ from popfleet_testbed import (
     errors,
     images,
     kube,
+    logserver,
     pki,
     podenv,
     podstatus,
@@ -160,7 +163,7 @@ class Kubelet:
                 {"type": "InternalIP", "address": "127.0.0.1"},
                 {"type": "Hostname", "address": self.node},
             ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
+            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.info.kubelet_port}},
             "nodeInfo": {
                 "machineID": "popfleet-testbed",
                 "systemUUID": "popfleet-testbed",
@@ -249,6 +252,9 @@ class Kubelet:
     def run(self) -> None:
         signal.signal(signal.SIGTERM, lambda *_: self.stopping.set())
         signal.signal(signal.SIGINT, lambda *_: self.stopping.set())
+        logs = logserver.serve(
+            self.state, pki_dir=self.info.layout.pki, port=self.info.kubelet_port
+        )
         self.register()
         self._renew_lease()
         try:
@@ -263,6 +269,7 @@ class Kubelet:
                     _log(f"tick failed, retrying: {exc!r}")
                 self.stopping.wait(TICK_S)
         finally:
+            logs.shutdown()
             self.shutdown()
 
     def tick(self) -> None:

@@ -14,7 +14,9 @@ Identities issued (``Identity`` below):
 - ``node``: ``system:node:<node>`` in ``system:nodes``, so the Node authorizer and the
   NodeRestriction admission plugin really confine the process kubelet;
 - ``provisioner``: ``popfleet:testbed-provisioner`` in ``system:masters`` (it creates
-  PersistentVolumes, which no node may do).
+  PersistentVolumes, which no node may do);
+- ``front-proxy-client`` and ``apiserver-kubelet-client``: the apiserver's own client
+  identities towards aggregated APIs and the kubelet's log endpoint (``kubelet.crt``).
 
 Layout of ``pki_dir``: ``ca.crt``/``ca.key``, ``apiserver.crt``/``.key``, ``sa.key``/``sa.pub``,
 ``<identity>.crt``/``.key``; kubeconfigs are ``<identity>.kubeconfig`` beside them with the
@@ -60,6 +62,8 @@ def identities(node_name: str) -> tuple[Identity, ...]:
         Identity("provisioner", "popfleet:testbed-provisioner", ("system:masters",)),
         # The apiserver's client identity towards aggregated API servers (requestheader auth).
         Identity("front-proxy-client", "front-proxy-client"),
+        # The apiserver's client identity towards the kubelet (``kubectl logs``).
+        Identity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)),
     )
 
 
@@ -173,6 +177,20 @@ def generate(pki_dir: Path, *, node_name: str, server_url: str) -> None:
     )
     _write(pki_dir / "apiserver.crt", _pem_cert(cert) + _pem_cert(ca.cert))
     _write(pki_dir / "apiserver.key", _pem_key(key), private=True)
+
+    # The process kubelet's log endpoint (``logserver``), dialled by the apiserver at the
+    # Node's InternalIP.
+    kubelet_sans: list[x509.GeneralName] = [
+        x509.DNSName("localhost"),
+        x509.DNSName(node_name),
+        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+    ]
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
+    key, cert = _leaf(
+        ca, now=now, subject=subject, usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=kubelet_sans
+    )
+    _write(pki_dir / "kubelet.crt", _pem_cert(cert) + _pem_cert(ca.cert))
+    _write(pki_dir / "kubelet.key", _pem_key(key), private=True)
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write(pki_dir / "sa.key", _pem_key(sa_key), private=True)
