@@ -25,5 +25,7 @@ def test_every_testbed_connection_is_loopback(testbed: Cluster, testbed_namespac
     assert conns, "expected live connections to inspect"
     off = [c for c in conns if not netguard.is_loopback(c.remote_ip)]
     assert off == []
+    # Nothing even listens beyond loopback (control plane, kubelet log endpoint, pods).
+    assert netguard.exposed_listeners(pids) == []
     # And the pods' addresses are all loopback ones.
     assert all(m_ip.startswith("127.") for m_ip in (p["status"]["podIP"] for p in pods))

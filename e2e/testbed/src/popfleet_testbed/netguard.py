@@ -9,6 +9,7 @@ How: ``/proc/net/{tcp,tcp6,udp,udp6}`` list every socket of the network namespac
 inode; ``/proc/<pid>/fd/*`` links name the inodes a process holds (``socket:[<inode>]``).
 A socket counts as a connection when its remote address is set (not 0.0.0.0:0 / ::). IPv6
 addresses are accepted when loopback (::1) or IPv4-mapped loopback (::ffff:127.x.y.z).
+``exposed_listeners`` also finds listening sockets bound beyond loopback (e.g. 0.0.0.0).
 """
 
 from __future__ import annotations
@@ -60,6 +61,34 @@ def _table(proto: str) -> dict[int, tuple[str, str, ipaddress.IPv4Address | ipad
             remote_ip,
         )
     return result
+
+
+def _listening(proto: str) -> dict[int, tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]]:
+    """inode → bound (ip, port) of TCP sockets in LISTEN state (0A)."""
+    try:
+        lines = Path(f"/proc/net/{proto}").read_text().splitlines()[1:]
+    except OSError:
+        return {}
+    result = {}
+    for line in lines:
+        fields = line.split()
+        if fields[3] == "0A":
+            result[int(fields[9])] = _addr(fields[1])
+    return result
+
+
+def exposed_listeners(pids: Iterable[int]) -> list[tuple[int, str]]:
+    """(pid, "ip:port") of listening sockets bound anywhere but loopback (0.0.0.0 included)."""
+    tables = [_listening("tcp"), _listening("tcp6")]
+    found = []
+    for pid in pids:
+        for inode in _socket_inodes(pid):
+            for table in tables:
+                if inode in table:
+                    ip, port = table[inode]
+                    if not is_loopback(ip):
+                        found.append((pid, f"{ip}:{port}"))
+    return found
 
 
 def _socket_inodes(pid: int) -> set[int]:
