@@ -100,3 +100,21 @@ async def test_revive_stats_from_the_store(admin: BrokerAdmin, broker: Broker) -
     offsets = await admin.offsets("billing", ["orders"])
     [orders] = [q for q in offsets.queues if q.topic == "orders"]
     assert orders.in_flight_messages == 2  # the live CK; the due one is no longer invisible
+
+
+async def test_store_pop_state_reads_the_newest_records_within_its_budget(broker: Broker) -> None:
+    from popbroker.admin.popstate import StorePopState  # noqa: PLC0415
+    from popbroker.pop.checkpoints import QueueKey  # noqa: PLC0415
+
+    now = broker.clock.now_ms
+    for start in (0, 10, 20):  # three live CKs of two messages each, oldest first
+        ck = checkpoint((start, start + 1), pop_time_ms=now, invisible_ms=60_000)
+        await append_record(broker.store, ck, revive_queue_id=0)
+    key = QueueKey("orders", "billing", 0)
+    everything = StorePopState(broker.store, clock=broker.clock)
+    assert await everything.in_flight([key]) == {key: 6}
+    window = StorePopState(broker.store, clock=broker.clock, max_scan_records=2)
+    assert await window.in_flight([key]) == {key: 4}
+    ledgers = await window.revive_ledgers()
+    assert ledgers[0].pending == 2
+    assert await window.checkpoint_buffer() is None

@@ -38,7 +38,6 @@ MAX_MEMBERS = 1024
 BROKER_NAME_PATTERN = re.compile(r"[a-zA-Z0-9._-]{1,253}")
 
 _E = TypeVar("_E", bound=enum.Enum)
-_PbEnum = TypeVar("_PbEnum", bound=int)
 
 
 def _enum_from_pb(table: Mapping[int, _E], number: int, field: str) -> _E:
@@ -152,7 +151,7 @@ def topic_to_pb(topic: api.TopicConfig) -> pb.Topic:
 
 
 def retry_policy_from_pb(message: pb.RetryPolicy) -> api.RetryPolicy:
-    kind = _enum_from_pb_str(message.kind)
+    kind = _retry_kind_from_pb(message.kind)
     for field, value in (
         ("initial_backoff_ms", message.initial_backoff_ms),
         ("max_backoff_ms", message.max_backoff_ms),
@@ -194,7 +193,7 @@ def retry_policy_from_pb(message: pb.RetryPolicy) -> api.RetryPolicy:
     )
 
 
-def _enum_from_pb_str(number: int) -> str:
+def _retry_kind_from_pb(number: int) -> str:
     try:
         return _RETRY_KIND_FROM_PB[number]
     except KeyError:

@@ -11,7 +11,9 @@ tells, per call, with a short cache:
 
   1. For each revive queue, read the records from the revive progress (the
      committed offset of ``CID_RMQ_SYS_REVIVE_GROUP``, else the queue's min)
-     to the end, at most ``max_scan_records`` of them.
+     to the end -- only the newest ``max_scan_records`` of them when there are
+     more (in-flight checkpoints are recent; acks of older checkpoints then
+     count as orphans in the statistics).
   2. Feed them to a :class:`~popbroker.pop.reviving.ReviveLedger` (the same
      matching the revive role does: tuple keys, orphan and duplicate acks
      counted, never stalling) for the ledger statistics, and match acks to
@@ -134,6 +136,10 @@ class StorePopState:
         position = bounds.min_queue_offset if bounds else 0
         if start is not None:
             position = max(position, start)
+        if bounds is not None:
+            # In-flight checkpoints are the recent ones: read the newest records when the
+            # unresolved part of the log is longer than the budget.
+            position = max(position, bounds.max_queue_offset - self._max_scan_records)
         ledger = ReviveLedger(
             revive_queue_id=revive_queue_id,
             local_broker_name=local_broker_name,
