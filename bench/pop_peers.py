@@ -8,8 +8,8 @@ messages and batches of 32:
 1. produce ``--messages`` (4 batches in flight from one producer process);
 2. pop+ack the backlog with 1 consumer process (group ``g1``), then the same
    backlog again with 4 consumer processes (group ``g4``);
-3. send->receive latency p50/p99 at half of the measured max load
-   (``min(produce, pop+ack 1)`` of this run) for ``--latency-seconds``;
+3. the max load: producer and 1 consumer at once, end to end; then send->receive
+   latency p50/p99 at half of that rate for ``--latency-seconds``;
 4. redelivery lateness after the invisible deadline (``--invisible-s``): popfleet's
    invisible time, NATS' AckWait, Redis' XAUTOCLAIM min-idle-time polled every
    ``--redis-poll-s``.
@@ -45,17 +45,19 @@ from bench.peers import servers, workload
 SYSTEMS = ("nats", "redis", "popfleet")
 PEERS = ("nats", "redis")
 NOT_MEASURED = "not measured: endpoint not available"
-TOPICS = ("bench", "lat", "redeliver", "official")
-GROUPS = ("g1", "g4", "glat", "gre", "gofficial")
+TOPICS = ("bench", "e2e", "lat", "redeliver", "official")
+GROUPS = ("g1", "g4", "ge2e", "glat", "gre", "gofficial")
 
 # (JSON key, path into one run's figures); throughput first, then latency-like.
 METRICS: tuple[tuple[str, tuple[str, str]], ...] = (
     ("produce_msgs_per_s", ("produce", "msgs_per_s")),
     ("pop_ack_1_msgs_per_s", ("pop_ack_1", "msgs_per_s")),
     ("pop_ack_4_msgs_per_s", ("pop_ack_4", "msgs_per_s")),
+    ("end_to_end_msgs_per_s", ("end_to_end", "msgs_per_s")),
     ("latency_rate_per_s", ("latency", "target_rate_per_s")),
     ("latency_p50_ms", ("latency", "p50_ms")),
     ("latency_p99_ms", ("latency", "p99_ms")),
+    ("latency_drain_s", ("latency", "drain_after_end_s")),
     ("redelivery_p50_ms", ("redelivery", "p50_ms")),
     ("redelivery_p99_ms", ("redelivery", "p99_ms")),
     ("redelivery_max_ms", ("redelivery", "max_ms")),
@@ -97,7 +99,9 @@ def _measure(system: str, endpoint: str, args: argparse.Namespace) -> dict[str, 
     figures["pop_ack_4"] = workload.pop_ack(
         spec("bench", "g4"), target=produced.count, consumers=4, cap_s=args.cap_s
     ).as_json()
-    rate = max(10.0, min(produced.per_s, pop1.per_s) / 2)
+    e2e = workload.end_to_end(spec("e2e", "ge2e"), count=args.messages, cap_s=args.cap_s)
+    figures["end_to_end"] = e2e.as_json()
+    rate = max(10.0, e2e.per_s / 2)
     figures["latency"] = workload.latency(
         spec("lat", "glat"), rate=rate, duration_s=args.latency_seconds
     ).as_json()
@@ -177,7 +181,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         "producer_inflight_batches": 4,
         "official_messages": args.official_messages,
         "latency_seconds": args.latency_seconds,
-        "latency_rate": "half of min(produce, pop_ack_1) of the same run",
+        "latency_rate": "half of end_to_end (produce + 1 consumer at once) of the same run",
         "redelivery_messages": args.redelivery_messages,
         "invisible_s": args.invisible_s,
         "redis_reclaim_poll_s": args.redis_poll_s,
@@ -294,8 +298,10 @@ def _print_run(system: str, figures: dict[str, Any]) -> None:
     lat, red = figures["latency"], figures["redelivery"]
     print(
         f"   produce {line('produce')}  pop+ack 1 {line('pop_ack_1')}  "
-        f"pop+ack 4 {line('pop_ack_4')}  latency@{lat['target_rate_per_s']:.0f}/s "
-        f"p50 {lat['p50_ms']:.2f} p99 {lat['p99_ms']:.2f} ms  "
+        f"pop+ack 4 {line('pop_ack_4')}  e2e {line('end_to_end')}\n"
+        f"   latency@{lat['target_rate_per_s']:.0f}/s "
+        f"p50 {lat['p50_ms']:.2f} p99 {lat['p99_ms']:.2f} ms "
+        f"(drain {lat['drain_after_end_s']:.2f} s)  "
         f"redelivery p50 {red['p50_ms']:.0f} p99 {red['p99_ms']:.0f} ms",
         flush=True,
     )

@@ -13,6 +13,10 @@ Phases (numbered as run by ``bench/pop_peers.py``):
 2. **pop+ack** with ``consumers`` processes on one group over the backlog of step
    1: receive up to 32, ack them all, repeat, until the shared counter reaches the
    target. Rate = target / (moment the counter crossed it - common start).
+   2b. **end to end**: the producer of step 1 and one consumer of step 2 at once on
+   a fresh topic; rate = messages / time until the consumer has acked them all.
+   This is the "max load" the latency step runs at half of: the isolated rates of
+   steps 1 and 2 overstate what a 2-core host carries with both sides running.
 3. **latency** at a fixed rate: a paced producer stamps each message with its
    *scheduled* send time (CLOCK_MONOTONIC, shared by all processes on the host; no
    coordinated omission) and sends what is due as one batch; one consumer
@@ -161,10 +165,14 @@ class Latency:
     sent: int
     received: int
     samples_ms: list[float] = field(default_factory=list)
+    # last receive - scheduled end of sending: ~0 when the system kept up with the
+    # rate, the backlog's drain time when it did not (then the percentiles are queueing)
+    drain_s: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
         return {
             "target_rate_per_s": round(self.rate_per_s, 1),
+            "drain_after_end_s": round(self.drain_s, 3),
             "sent": self.sent,
             "received": self.received,
             "samples": len(self.samples_ms),
@@ -253,10 +261,14 @@ def _guarded(coro_fn: Callable[..., Any], *args: Any) -> Any:
 # -- 1. produce ------------------------------------------------------------------------------
 
 
-async def _produce(spec: Spec, count: int, inflight: int, cap_s: float) -> tuple[int, float, bool]:
+async def _produce(
+    spec: Spec, count: int, inflight: int, cap_s: float, barrier: Any = None
+) -> tuple[int, float, bool]:
     client = adapter(spec)
     await client.connect()
     try:
+        if barrier is not None:
+            await asyncio.to_thread(barrier.wait, 60)
         next_seq = 0
         sent = 0
         started = time.monotonic()
@@ -335,6 +347,27 @@ def pop_ack(spec: Spec, *, target: int, consumers: int, cap_s: float = 60.0) -> 
     return Rate(done, cap_s, capped=True)
 
 
+def end_to_end(spec: Spec, *, count: int, inflight: int = 4, cap_s: float = 60.0) -> Rate:
+    """Phase 2b: producer (as in phase 1) and one consumer (as in phase 2) at once.
+
+    Rate = count / (moment the consumer's counter reached ``count`` - common start):
+    the most the system carries with both sides running, which sets phase 3's rate.
+    """
+    counter = SPAWN.Value("q", 0)
+    finish = SPAWN.Value("d", 0.0)
+    barrier = SPAWN.Barrier(2)
+    _produced, (started, done) = run_workers(
+        [
+            (_produce, (spec.named("e2e-producer"), count, inflight, cap_s, barrier)),
+            (_consume, (spec.named("e2e-consumer"), count, counter, finish, barrier, cap_s)),
+        ],
+        timeout_s=cap_s + 90,
+    )
+    if finish.value > 0:
+        return Rate(count, finish.value - started)
+    return Rate(int(done), cap_s, capped=True)
+
+
 # -- 3. latency ------------------------------------------------------------------------------
 
 
@@ -369,7 +402,7 @@ async def _paced_producer(
 
 async def _timed_consumer(
     spec: Spec, duration_s: float, sent_total: Any, barrier: Any
-) -> tuple[int, list[float]]:
+) -> tuple[int, list[float], float]:
     client = adapter(spec)
     await client.connect()
     try:
@@ -380,9 +413,12 @@ async def _timed_consumer(
         received = 0
         deadline = time.monotonic() + duration_s + 10
         producer_done_at: float | None = None
+        last_ns = start_ns
         while time.monotonic() < deadline:
             got = await client.receive(max_count=BATCH, wait_s=1.0)
             now_ns = time.monotonic_ns()
+            if got:
+                last_ns = now_ns
             for delivered in got:
                 stamp_ns, _ = parse(delivered.body)
                 if stamp_ns >= warm_ns:
@@ -398,7 +434,7 @@ async def _timed_consumer(
                 producer_done_at = time.monotonic()
             if producer_done_at is not None and time.monotonic() - producer_done_at > 5:
                 break  # bounded drain after the producer's run
-        return received, samples
+        return received, samples, (last_ns - start_ns) / 1e9 - duration_s
     finally:
         await client.close()
 
@@ -407,14 +443,14 @@ def latency(spec: Spec, *, rate: float, duration_s: float = 5.0) -> Latency:
     """Phase 3 (see the module doc)."""
     sent_total = SPAWN.Value("q", 0)
     barrier = SPAWN.Barrier(2)
-    sent, (received, samples) = run_workers(
+    sent, (received, samples, tail_s) = run_workers(
         [
             (_paced_producer, (spec.named("lat-producer"), rate, duration_s, sent_total, barrier)),
             (_timed_consumer, (spec.named("lat-consumer"), duration_s, sent_total, barrier)),
         ],
         timeout_s=duration_s * 3 + 90,
     )
-    return Latency(rate, int(sent), int(received), list(samples))
+    return Latency(rate, int(sent), int(received), list(samples), float(tail_s))
 
 
 # -- 4. redelivery ---------------------------------------------------------------------------
