@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import grpc
 import pytest
@@ -156,3 +157,18 @@ def test_revive_log_constants_agree_with_the_services() -> None:
     assert revivelog.PROPERTY_DELAY_TOPIC == services_revivelog.PROPERTY_DELAY_TOPIC
     assert revivelog.PROPERTY_DELAY_QUEUE == services_revivelog.PROPERTY_DELAY_QUEUE
     assert revivelog.PROPERTY_DELAY_DELIVER_MS == services_revivelog.PROPERTY_DELAY_DELIVER_MS
+
+
+def test_admin_token_from_a_file_or_the_environment(tmp_path: Path) -> None:
+    from popbroker.admin.server import load_token  # noqa: PLC0415
+
+    secret = tmp_path / "token"
+    secret.write_text("abc123\n")
+    assert load_token(secret, environ={"POPFLEET_ADMIN_TOKEN": "env"}) == "abc123"
+    assert load_token(None, environ={"POPFLEET_ADMIN_TOKEN": "env"}) == "env"
+    assert load_token(None, environ={}) is None
+    (tmp_path / "empty").write_text("  \n")
+    with pytest.raises(ValueError, match="empty"):
+        load_token(tmp_path / "empty", environ={})
+    with pytest.raises(FileNotFoundError):
+        load_token(tmp_path / "missing", environ={})

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import hmac
 import logging
+import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -39,6 +41,7 @@ from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 SERVICE_NAME = "popfleet.admin.v1.BrokerAdmin"
+TOKEN_ENV = "POPFLEET_ADMIN_TOKEN"  # noqa: S105 -- the variable's name, not a secret
 HEALTH_METHOD_PREFIX = "/grpc.health.v1.Health/"
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", 4 * 1024 * 1024),
@@ -48,6 +51,22 @@ SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
 
 def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def load_token(
+    token_file: Path | None = None, *, environ: Mapping[str, str] = os.environ
+) -> str | None:
+    """The admin token: a file's stripped content (a Secret), else ``$POPFLEET_ADMIN_TOKEN``.
+
+    None (no token required) when neither is set; an empty or unreadable file is an error,
+    never a silently open admin port.
+    """
+    if token_file is not None:
+        token = token_file.read_text(encoding="utf-8").strip()
+        if not token:
+            raise ValueError(f"admin token file {token_file} is empty")
+        return token
+    return environ.get(TOKEN_ENV) or None
 
 
 class TokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
