@@ -7,8 +7,7 @@ identity, so the Node authorizer and NodeRestriction confine it as they confine 
 
 Loop (every ``TICK_S``, single-threaded; probes run on a small thread pool):
 
-1. heartbeat: renew the Lease in ``kube-node-lease`` every 10 s, patch the Node's Ready
-   condition every 30 s;
+1. heartbeat (``node``): renew the Lease every 10 s, patch the Node's status every 30 s;
 2. provisioner step (PVs for pending claims, see ``provisioner``);
 3. list pods with ``spec.nodeName=<node>`` and sync each (``_sync``):
    a. deletion requested → SIGTERM every container, SIGKILL after the grace period, then
@@ -28,7 +27,6 @@ clients (tests, the operator) can dial them; nothing ever dials anything else.
 from __future__ import annotations
 
 import os
-import platform
 import shutil
 import signal
 import sys
@@ -44,6 +42,7 @@ from popfleet_testbed import (
     images,
     kube,
     logserver,
+    node,
     pki,
     podenv,
     podstatus,
@@ -56,21 +55,12 @@ from popfleet_testbed import (
 Obj = dict[str, Any]
 
 TICK_S = 0.5
-LEASE_RENEW_S = 10.0
-LEASE_DURATION_S = 40
-NODE_STATUS_S = 30.0
 REFRESH_VOLUMES_S = 10.0
 SHUTDOWN_GRACE_S = 10.0
-KUBELET_VERSION = "v1.33.13"
 
 
 def _log(message: str) -> None:
     print(f"{runtime.now_rfc3339()} kubelet: {message}", file=sys.stderr, flush=True)
-
-
-def _micro_now() -> str:
-    t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t % 1 * 1e6):06d}Z"
 
 
 class ApiSources:
@@ -130,122 +120,7 @@ class Kubelet:
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="probe")
         self.stopping = threading.Event()
         self.images = images.table()
-        self.node_uid = ""
-        self.next_lease_mono = 0.0
-        self.next_node_status_mono = 0.0
-        self._started = runtime.now_rfc3339()
-
-    # -- node -----------------------------------------------------------------------------
-
-    def _node_status(self) -> Obj:
-        now = runtime.now_rfc3339()
-
-        def cond(kind: str, status: str, reason: str, message: str) -> Obj:
-            return {
-                "type": kind,
-                "status": status,
-                "reason": reason,
-                "message": message,
-                "lastHeartbeatTime": now,
-                "lastTransitionTime": self._started,
-            }
-
-        return {
-            "capacity": dict(podenv.NODE_ALLOCATABLE),
-            "allocatable": dict(podenv.NODE_ALLOCATABLE),
-            "conditions": [
-                cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "ok"),
-                cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "ok"),
-                cond("PIDPressure", "False", "KubeletHasSufficientPID", "ok"),
-                cond("Ready", "True", "KubeletReady", "popfleet process kubelet is posting"),
-            ],
-            "addresses": [
-                {"type": "InternalIP", "address": "127.0.0.1"},
-                {"type": "Hostname", "address": self.node},
-            ],
-            "daemonEndpoints": {"kubeletEndpoint": {"Port": self.info.kubelet_port}},
-            "nodeInfo": {
-                "machineID": "popfleet-testbed",
-                "systemUUID": "popfleet-testbed",
-                "bootID": str(os.getpid()),
-                "kernelVersion": platform.release(),
-                "osImage": "popfleet process kubelet",
-                "containerRuntimeVersion": "testbed://0.1.0",
-                "kubeletVersion": KUBELET_VERSION,
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        }
-
-    def register(self) -> None:
-        labels = {
-            "kubernetes.io/hostname": self.node,
-            "kubernetes.io/os": "linux",
-            "kubernetes.io/arch": "amd64",
-            "popfleet.io/testbed": "true",
-        }
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {"name": self.node, "labels": labels},
-            "spec": {},
-        }
-        try:
-            node = self.api.create("/api/v1/nodes", body)
-        except errors.KubeError as exc:
-            if exc.status != 409:
-                raise
-            node = self.api.patch(f"/api/v1/nodes/{self.node}", {"metadata": {"labels": labels}})
-        self.node_uid = node["metadata"]["uid"]
-        self._post_node_status()
-
-    def _post_node_status(self) -> None:
-        self.api.patch(
-            f"/api/v1/nodes/{self.node}/status",
-            {"status": self._node_status()},
-            content_type=kube.STRATEGIC,
-        )
-        self.next_node_status_mono = time.monotonic() + NODE_STATUS_S
-
-    def _renew_lease(self) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{self.node}"
-        lease = self.api.get_or_none(path)
-        spec = {
-            "holderIdentity": self.node,
-            "leaseDurationSeconds": LEASE_DURATION_S,
-            "renewTime": _micro_now(),
-        }
-        if lease is None:
-            body = {
-                "apiVersion": "coordination.k8s.io/v1",
-                "kind": "Lease",
-                "metadata": {
-                    "name": self.node,
-                    "namespace": "kube-node-lease",
-                    "ownerReferences": [
-                        {
-                            "apiVersion": "v1",
-                            "kind": "Node",
-                            "name": self.node,
-                            "uid": self.node_uid,
-                        }
-                    ],
-                },
-                "spec": spec,
-            }
-            self.api.create(path.rsplit("/", 1)[0], body)
-        else:
-            lease["spec"].update(spec)
-            self.api.put(path, lease)
-        self.next_lease_mono = time.monotonic() + LEASE_RENEW_S
-
-    def _heartbeat(self) -> None:
-        now = time.monotonic()
-        if now >= self.next_lease_mono:
-            self._renew_lease()
-        if now >= self.next_node_status_mono:
-            self._post_node_status()
+        self.node_agent = node.NodeAgent(self.api, name=self.node, kubelet_port=info.kubelet_port)
 
     # -- main loop --------------------------------------------------------------------------
 
@@ -255,8 +130,7 @@ class Kubelet:
         logs = logserver.serve(
             self.state, pki_dir=self.info.layout.pki, port=self.info.kubelet_port
         )
-        self.register()
-        self._renew_lease()
+        self.node_agent.register()
         try:
             while not self.stopping.is_set():
                 try:
@@ -273,7 +147,7 @@ class Kubelet:
             self.shutdown()
 
     def tick(self) -> None:
-        self._heartbeat()
+        self.node_agent.heartbeat()
         self.provisioner.step()
         listed = self.api.items("/api/v1/pods", {"fieldSelector": f"spec.nodeName={self.node}"})
         seen = set()
@@ -444,7 +318,7 @@ class Kubelet:
             cwd = Path(rewrite(cr.spec["workingDir"])) if cr.spec.get("workingDir") else root
             cwd.mkdir(parents=True, exist_ok=True)
             cr.rewrite = rewrite
-            cr.start(argv, env=env, cwd=cwd, grace_now=now)
+            cr.start(argv, env=env, cwd=cwd, now_mono=now)
         except errors.TestbedError as exc:
             reason = "CreateContainerConfigError" if exc.retriable else "ImageNotInTable"
             cr.state = {"waiting": {"reason": reason, "message": str(exc)}}

@@ -98,7 +98,7 @@ class ContainerRun:
     def succeeded(self) -> bool:
         return self.done and self.state.get("terminated", {}).get("exitCode") == 0
 
-    def start(self, argv: list[str], *, env: dict[str, str], cwd: Path, grace_now: float) -> None:
+    def start(self, argv: list[str], *, env: dict[str, str], cwd: Path, now_mono: float) -> None:
         """Spawn the process (the caller has built argv/env/cwd; see ``kubelet``)."""
         if self.runs > 0:
             self.restart_count += 1
@@ -108,11 +108,11 @@ class ContainerRun:
         self.proc, self.rec = processes.spawn(
             argv, log_path=log_path, env=env, cwd=cwd, pid_file=self.pid_file
         )
-        self.started_mono = grace_now
+        self.started_mono = now_mono
         self.state = {"running": {"startedAt": now_rfc3339()}}
         self.kill_deadline_mono = None
         self.probe_states = {
-            kind: probes.ProbeState(spec=self.spec[kind], started_mono=grace_now)
+            kind: probes.ProbeState(spec=self.spec[kind], started_mono=now_mono)
             for kind in PROBE_KINDS
             if self.spec.get(kind) and not self.init
         }
