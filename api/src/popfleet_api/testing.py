@@ -275,7 +275,8 @@ class InMemoryBrokerAdmin:
         wanted = sorted(set(topics) or ({k.topic for k in rows} | modes) & set(self._topics))
         queues = []
         for name in wanted:
-            for queue_id in range(self._topics[name].read_queue_nums):
+            topic = self._topics[name]
+            for queue_id in range(max(topic.read_queue_nums, topic.write_queue_nums)):
                 low, high = self._bounds.get((name, queue_id), (0, 0))
                 queues.append(
                     models.QueueOffsets(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -87,8 +89,11 @@ async def test_token_required_accepted_and_refused(broker: Broker) -> None:
 
 
 async def test_unreachable_broker_is_a_retriable_error() -> None:
-    async with BrokerAdmin("127.0.0.1:1", timeout_s=2.0) as admin:
-        with pytest.raises(errors.AdminError) as caught:
-            await admin.info()
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{probe.getsockname()[1]}"  # bound, never listening
+        async with BrokerAdmin(target, timeout_s=2.0) as admin:
+            with pytest.raises(errors.AdminError) as caught:
+                await admin.info()
     assert caught.value.retriable
-    assert caught.value.target == "127.0.0.1:1"
+    assert caught.value.target == target

@@ -7,7 +7,7 @@ import json
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,11 +21,12 @@ CLI = Path(sys.executable).with_name("popfleet-admin")
 TOKEN = "fleet-token"
 
 
-def _closed_port() -> int:
-    """A loopback port nobody listens on (bound, then released)."""
+@pytest.fixture
+def down_target() -> Iterator[str]:
+    """A loopback address that refuses connections: bound, never listening, held by the test."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+        yield f"127.0.0.1:{probe.getsockname()[1]}"
 
 
 async def _cli(*args: str, token: str | None = None) -> tuple[int, str, str]:
@@ -68,9 +69,9 @@ def _brokers(*targets: str) -> list[str]:
 
 
 async def test_topic_create_tries_every_broker_and_reports_the_unreachable_one(
-    broker: Broker, second_broker: Broker
+    broker: Broker, second_broker: Broker, down_target: str
 ) -> None:
-    down = f"127.0.0.1:{_closed_port()}"
+    down = down_target
     code, out, err = await _cli(
         *_brokers(broker.target, down, second_broker.target),
         "topic",
