@@ -15,7 +15,8 @@ Behaviour callers rely on:
 * answers are :mod:`popfleet_api.models` values, never protobuf messages;
 * scans yield pages; a caller that stops early (``break``) cancels the stream.
 
-Use as ``async with BrokerAdmin("10.0.0.7:9877", token=...) as admin: ...``.
+Use as ``async with BrokerAdmin("10.0.0.7:9877", token=...) as admin: ...``,
+created inside the event loop that uses it (a grpc.aio channel belongs to one loop).
 """
 
 from __future__ import annotations
