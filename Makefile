@@ -9,7 +9,9 @@ STAMP  := $(VENV)/.installed
 PKGS   := broker_image
 PYTEST_ARGS ?=
 
-# Component makefiles (testbed, operator, ...) may add to PKGS and define their own targets.
+# Component makefiles (testbed, operator, ...) may add to PKGS and TEST_PREREQS and define
+# their own targets.
+TEST_PREREQS :=
 -include mk/*.mk
 
 export PYTHONDONTWRITEBYTECODE := 1
@@ -38,7 +40,7 @@ fmt: $(STAMP) ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: $(STAMP) ## run every test that needs no Docker (fails when none are collected)
+test: $(STAMP) $(TEST_PREREQS) ## run every test that needs no Docker (fails when none are collected)
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## unit tier only

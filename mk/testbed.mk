@@ -1,5 +1,7 @@
 # Local Kubernetes testbed (e2e/testbed, tools/k8s): real control plane + process kubelet, no Docker.
 PKGS += e2e/testbed
+# make test runs the testbed's self-tests, so it needs the binaries (built once, then cached)
+TEST_PREREQS += testbed-bin
 
 TESTBED_DIR ?= /tmp/popfleet-testbed
 TESTBED_PYTEST_ARGS ?=
