@@ -19,7 +19,8 @@ Phases (numbered as run by ``bench/pop_peers.py``):
    steps 1 and 2 overstate what a 2-core host carries with both sides running.
 3. **latency** at a fixed rate: a paced producer stamps each message with its
    *scheduled* send time (CLOCK_MONOTONIC, shared by all processes on the host; no
-   coordinated omission) and sends what is due as one batch; one consumer
+   coordinated omission) and sends what is due as one batch (at most 32, at most 4
+   batches in flight, as in step 1); one consumer
    (receive 32 + ack) records receive time - scheduled time. The first 0.5 s are
    warm-up and dropped.
 4. **redelivery**: send ``count`` messages, receive them without acking (noting
@@ -49,6 +50,7 @@ from typing import Any, Protocol
 
 BODY_BYTES = 1024
 BATCH = 32
+INFLIGHT = 4  # batches a producer keeps in flight (phases 1, 2b and 3)
 _HEADER = struct.Struct(">qq")
 WARMUP_S = 0.5
 SPAWN = multiprocessing.get_context("spawn")
@@ -291,7 +293,7 @@ async def _produce(
         await client.close()
 
 
-def produce(spec: Spec, *, count: int, inflight: int = 4, cap_s: float = 60.0) -> Rate:
+def produce(spec: Spec, *, count: int, inflight: int = INFLIGHT, cap_s: float = 60.0) -> Rate:
     """Phase 1 (see the module doc)."""
     [result] = run_workers([(_produce, (spec, count, inflight, cap_s))], timeout_s=cap_s + 60)
     sent, elapsed, capped = result
@@ -347,7 +349,7 @@ def pop_ack(spec: Spec, *, target: int, consumers: int, cap_s: float = 60.0) -> 
     return Rate(done, cap_s, capped=True)
 
 
-def end_to_end(spec: Spec, *, count: int, inflight: int = 4, cap_s: float = 60.0) -> Rate:
+def end_to_end(spec: Spec, *, count: int, inflight: int = INFLIGHT, cap_s: float = 60.0) -> Rate:
     """Phase 2b: producer (as in phase 1) and one consumer (as in phase 2) at once.
 
     Rate = count / (moment the consumer's counter reached ``count`` - common start):
@@ -383,18 +385,32 @@ async def _paced_producer(
         total = int(rate * duration_s)
         seq = 0
         hard_stop = time.monotonic() + duration_s * 3 + 10
+        slots = asyncio.Semaphore(INFLIGHT)
+        pending: set[asyncio.Task[None]] = set()
+
+        async def send(bodies: list[bytes]) -> None:
+            try:
+                await client.send(bodies)
+            finally:
+                slots.release()
+
         while seq < total and time.monotonic() < hard_stop:
             now_ns = time.monotonic_ns()
             due = min(total, int((now_ns - start_ns) / interval_ns) + 1)
             if due <= seq:
                 await asyncio.sleep((start_ns + seq * interval_ns - now_ns) / 1e9)
                 continue
+            await slots.acquire()  # at most INFLIGHT batches in flight, as in phase 1
+            due = min(total, int((time.monotonic_ns() - start_ns) / interval_ns) + 1)
             n = min(BATCH, due - seq)
-            await client.send(
-                [body(seq + i, int(start_ns + (seq + i) * interval_ns)) for i in range(n)]
+            task = asyncio.create_task(
+                send([body(seq + i, int(start_ns + (seq + i) * interval_ns)) for i in range(n)])
             )
+            pending.add(task)
+            task.add_done_callback(pending.discard)
             seq += n
             sent_total.value = seq
+        await asyncio.gather(*pending)
         return seq
     finally:
         await client.close()
