@@ -23,8 +23,10 @@ Phases (numbered as run by ``bench/pop_peers.py``):
    batches in flight, as in step 1); one consumer
    (receive 32 + ack) records receive time - scheduled time. The first 0.5 s are
    warm-up and dropped.
-4. **redelivery**: send ``count`` messages, receive them without acking (noting
-   when each receive request *started*), then keep receiving; each message's
+4. **redelivery**: send ``count`` messages, receive them without acking, 8 per
+   receive with 37 ms between receives (so the deadlines fall at different phases
+   of each system's timers and polls), noting when each receive request
+   *started*; then keep receiving; each message's
    lateness = when it came back - (its receive start + invisible time). Using the
    request start makes the figure an upper bound (it includes up to one receive
    round trip).
@@ -53,6 +55,8 @@ BATCH = 32
 INFLIGHT = 4  # batches a producer keeps in flight (phases 1, 2b and 3)
 _HEADER = struct.Struct(">qq")
 WARMUP_S = 0.5
+SPREAD_BATCH = 8  # redelivery: messages per first receive
+SPREAD_GAP_S = 0.037  # redelivery: pause between first receives
 SPAWN = multiprocessing.get_context("spawn")
 
 
@@ -476,14 +480,17 @@ async def _redeliver(spec: Spec, count: int, cap_s: float) -> tuple[list[float],
     client = adapter(spec)
     await client.connect()
     try:
-        await client.send([body(i, time.monotonic_ns()) for i in range(count)])
+        for first in range(0, count, BATCH):
+            n = min(BATCH, count - first)
+            await client.send([body(first + i, time.monotonic_ns()) for i in range(n)])
         deadline_of: dict[int, float] = {}
         stop = time.monotonic() + cap_s
         while len(deadline_of) < count and time.monotonic() < stop:
             asked = time.monotonic()
-            for delivered in await client.receive(max_count=BATCH, wait_s=1.0):
+            for delivered in await client.receive(max_count=SPREAD_BATCH, wait_s=1.0):
                 _, seq = parse(delivered.body)
                 deadline_of.setdefault(seq, asked + spec.invisible_s)
+            await asyncio.sleep(SPREAD_GAP_S)
         lateness: list[float] = []
         early = 0
         seen: set[int] = set()
