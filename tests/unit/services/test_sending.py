@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
+from typing import Any, cast
+
 import pytest
 
 from popbroker.services import errors
 from popbroker.services.messages import MessageKind, OutgoingMessage
+from popbroker.services.sending import Sender
 from popbroker.store import errors as store_errors
+from popbroker.store.api import AppendResult, MessageToAppend, StoreApi
 from tests.unit.services.conftest import TOPIC, Broker
 
 
@@ -73,3 +79,39 @@ async def test_delay_message_is_delivered_when_due(broker: Broker) -> None:
     for worker in broker.revive.workers:
         assert len(worker.delays) == 0
         assert worker.persisted_offset == worker.ledger.scanned_end
+
+
+class _GatedStore:
+    """A store whose appends wait for a gate (a slow store, deterministically)."""
+
+    def __init__(self, inner: StoreApi) -> None:
+        self.inner = inner
+        self.gate = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+        await self.gate.wait()
+        return await self.inner.append(messages)
+
+
+async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker: Broker) -> None:
+    gated = _GatedStore(broker.store)
+    sender = Sender(
+        store=cast(StoreApi, gated),
+        config=broker.popack.config,
+        settings=broker.popack.settings,
+        clock=broker.clock,
+    )
+    message = OutgoingMessage(TOPIC, b"retried", "RETRIED", MessageKind.NORMAL)
+    first = asyncio.create_task(sender.send(message))
+    await asyncio.sleep(0)  # let the first attempt start its append
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    second = asyncio.create_task(sender.send(message))
+    gated.gate.set()
+    receipt = await asyncio.wait_for(second, 5)
+    assert receipt.message_id == "RETRIED"
+    assert [m.stored.body for m in await broker.receive()] == [b"retried"]

@@ -11,9 +11,11 @@ Steps for one message:
   3. Idempotency: a message id already sent to the topic within
      ``send_dedup_window_ms`` returns the first receipt without appending again
      (the official producer retries at once with the same id after any error,
-     fact sheet §12); a send still in progress is awaited, not repeated. The
-     window is bounded in entries; it is memory only, so a restart of the role
-     can still store a retried message twice (at-least-once).
+     fact sheet §12); a send still in progress is awaited, not repeated — the
+     append runs as its own task, so a client that gave up waiting does not
+     cancel it under its own retry. The window is bounded in entries; it is
+     memory only, so a restart of the role can still store a retried message
+     twice (at-least-once).
   4. The queue: FIFO messages hash their message group (CRC32) onto the
      topic's write queues so one group keeps one order; others round-robin.
   5. A DELAY message due in the future is appended to the revive log as a
@@ -57,7 +59,7 @@ def accepted_kinds(message_type: MessageType) -> frozenset[MessageKind]:
 @dataclass
 class _Sent:
     expires_at_ms: int
-    result: asyncio.Future[SendReceipt]
+    result: asyncio.Task[SendReceipt]
 
 
 class Sender:
@@ -86,22 +88,21 @@ class Sender:
         self._expire(now_ms)
         dedup_key = (message.topic, message.message_id)
         sent = self._sent.get(dedup_key)
-        if sent is not None:
-            return await asyncio.shield(sent.result)
-        future: asyncio.Future[SendReceipt] = asyncio.get_running_loop().create_future()
-        self._sent[dedup_key] = _Sent(now_ms + self._settings.send_dedup_window_ms, future)
-        try:
-            receipt = await self._append(topic, message, now_ms)
-        except BaseException as exc:
-            del self._sent[dedup_key]  # a failed send may be retried for real
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(exc)
-                future.exception()  # retrieved: no "never retrieved" warning if nobody waits
-            raise
-        future.set_result(receipt)
-        return receipt
+        if sent is None:
+            # The append runs as its own task: a client that gives up (deadline) cancels
+            # only its wait, so its retry with the same id finds the append, not a hole.
+            task = asyncio.create_task(self._append(topic, message, now_ms))
+            sent = _Sent(now_ms + self._settings.send_dedup_window_ms, task)
+            self._sent[dedup_key] = sent
+            task.add_done_callback(lambda done: self._forget_failed(dedup_key, done))
+        return await asyncio.shield(sent.result)
+
+    def _forget_failed(self, dedup_key: tuple[str, str], task: asyncio.Task[SendReceipt]) -> None:
+        """A failed append may be retried for real: drop it from the window."""
+        failed = task.cancelled() or task.exception() is not None
+        sent = self._sent.get(dedup_key)
+        if failed and sent is not None and sent.result is task:
+            del self._sent[dedup_key]
 
     def _expire(self, now_ms: int) -> None:
         sent = self._sent
