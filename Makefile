@@ -50,6 +50,7 @@ test-integration: $(STAMP) ## integration tier only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
 bench: $(STAMP) ## run the benchmarks; JSON lands in bench/results/
+	$(PY) -m pip install --quiet -r requirements/bench.txt
 	$(PY) -m bench.run
 
 demo: $(STAMP) ## run a local broker on the embedded default (see README)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bench.store_throughput", "bench.store_wire"]
+BENCHMARKS = ["bench.store_throughput", "bench.store_wire", "bench.pop_peers"]
 
 
 def main() -> int:
