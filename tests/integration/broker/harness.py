@@ -72,6 +72,7 @@ class BrokerProcess:
     work_dir: Path
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     port: int = 0
+    admin_port: int = 0  # set when started with ``admin=True`` (``all`` mode only)
 
     @property
     def endpoint(self) -> str:
@@ -101,21 +102,30 @@ class BrokerProcess:
         mode: str,
         topics: Sequence[TopicConfig],
         groups: Sequence[GroupConfig],
+        admin: bool = False,
     ) -> BrokerProcess:
+        if admin and mode != "all":
+            raise ValueError("the admin API is served by the all role here")
         work_dir.mkdir(parents=True, exist_ok=True)
         broker = cls(mode=mode, work_dir=work_dir)
         asyncio.run(_seed(broker.data_dir, topics, groups))
         try:
-            broker._start_processes()
+            broker._start_processes(admin=admin)
         except BaseException:
             broker.stop()
             raise
         return broker
 
-    def _start_processes(self) -> None:
+    def _start_processes(self, *, admin: bool) -> None:
         port_file = self.work_dir / "port"
+        admin_port_file = self.work_dir / "admin-port"
         settings = store_settings()
         if self.mode == "all":
+            admin_args = (
+                ["--admin-listen", "127.0.0.1:0", "--admin-port-file", str(admin_port_file)]
+                if admin
+                else []
+            )
             self._spawn(
                 "all",
                 [
@@ -124,6 +134,7 @@ class BrokerProcess:
                     "--listen", "127.0.0.1:0",
                     "--port-file", str(port_file),
                     "--segment-bytes", str(settings.segment_bytes),
+                    *admin_args,
                 ],
             )  # fmt: skip
         else:
@@ -150,6 +161,8 @@ class BrokerProcess:
             self._spawn("revive", ["revive", "--store-socket", str(socket_path)])
         _wait_for(port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=self.procs)
         self.port = int(port_file.read_text().strip())
+        if admin:
+            self.admin_port = int(admin_port_file.read_text().strip())
 
     def logs(self) -> str:
         return "\n".join(

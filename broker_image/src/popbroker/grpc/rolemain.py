@@ -3,9 +3,11 @@
     popbroker popack --store-socket PATH --listen HOST:PORT [--advertise HOST:PORT]
     popbroker revive --store-socket PATH
     popbroker all    --data-dir DIR --listen HOST:PORT [--admin-listen HOST:PORT]
-                     [--cluster NAME] [--broker-name NAME] [--flush-mode sync|async]
+                     [--admin-token-file PATH] [--cluster NAME] [--broker-name NAME]
+                     [--flush-mode sync|async]
 
 ``--listen`` may use port 0; ``--port-file PATH`` then receives the bound port
+(``--admin-port-file`` the admin port)
 (written atomically once the endpoint serves), which is how tests and
 supervisors learn it without parsing logs. ``--advertise`` is the endpoint put
 into routes (default: the listen host and the bound port).
@@ -22,6 +24,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from popbroker.admin import server as admin_server
 from popbroker.grpc import server
 from popbroker.store.api import FlushMode
 from popbroker.store.settings import StoreSettings
@@ -35,7 +38,13 @@ def _parser(role: str) -> argparse.ArgumentParser:
         parser.add_argument("--store-socket", type=Path, required=True)
     if role == "all":
         parser.add_argument("--data-dir", type=Path, required=True)
-        parser.add_argument("--admin-listen", help="HOST:PORT of the admin API (not built yet)")
+        parser.add_argument("--admin-listen", help="HOST:PORT of the admin API")
+        parser.add_argument(
+            "--admin-token-file",
+            type=Path,
+            help="the admin token (else $POPFLEET_ADMIN_TOKEN; neither: no token)",
+        )
+        parser.add_argument("--admin-port-file", type=Path, help="write the admin port here")
         parser.add_argument("--cluster", default="popfleet")
         parser.add_argument("--broker-name", default="broker-0")
         parser.add_argument(
@@ -92,7 +101,10 @@ def main(role: str, argv: Sequence[str]) -> int:
                 store_settings=settings,
                 listen=args.listen,
                 advertise=args.advertise,
+                admin_listen=args.admin_listen,
+                admin_token=admin_server.load_token(args.admin_token_file),
                 on_bound=lambda port: _write_port(args.port_file, port),
+                on_admin_bound=lambda port: _write_port(args.admin_port_file, port),
             )
         )
     return 0

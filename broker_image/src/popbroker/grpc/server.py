@@ -4,7 +4,9 @@
     on ``HOST:PORT`` (port 0 picks a free one; :attr:`PopackEndpoint.port`).
   * :func:`run_popack`, :func:`run_revive`, :func:`run_all` — what the CLI
     roles run until SIGTERM/SIGINT: ``popack`` and ``revive`` against a store
-    role on a Unix socket, ``all`` with an in-process ``LocalStore``.
+    role on a Unix socket, ``all`` with an in-process ``LocalStore`` and, with
+    ``--admin-listen``, the admin API (``popbroker.admin``) reporting the live
+    revive ledgers and checkpoint buffer (:class:`LivePopState`).
 
 Shutdown, in order: stop accepting calls and give running ones ``grace_s``
 (parked receives are answered, not dropped); drain the checkpoint buffer;
@@ -17,14 +19,19 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
+from popbroker.admin import popstate as admin_popstate
+from popbroker.admin import server as admin_server
 from popbroker.grpc.protocol import add_servicer_to_server
 from popbroker.grpc.servicer import MessagingServicer
+from popbroker.pop.checkpointbuffer import BufferStats
+from popbroker.pop.checkpoints import QueueKey
+from popbroker.pop.reviving import LedgerStats
 from popbroker.services.configcache import ConfigCache
 from popbroker.services.popack import PopackServices
 from popbroker.services.reviving import ReviveService
@@ -49,10 +56,13 @@ STORE_READY_TIMEOUT_S = 60.0
 class PopackEndpoint:
     """The popack services served over gRPC."""
 
-    def __init__(self, services: PopackServices, server: grpc.aio.Server, port: int) -> None:
+    def __init__(
+        self, services: PopackServices, server: grpc.aio.Server, port: int, advertised: Endpoint
+    ) -> None:
         self.services = services
         self.server = server
         self.port = port
+        self.advertised = advertised
 
     @classmethod
     async def start(
@@ -83,7 +93,7 @@ class PopackEndpoint:
         services.start()
         await server.start()
         log.info("popack serving apache.rocketmq.v2.MessagingService on %s:%d", host, port)
-        return cls(services, server, port)
+        return cls(services, server, port, advertised)
 
     async def stop(self, *, grace_s: float = 2.0) -> None:
         """Stop serving (running calls get ``grace_s``), then drain the services."""
@@ -179,22 +189,70 @@ async def run_revive(*, store_socket: Path) -> None:
         await store.close()
 
 
+class LivePopState:
+    """The admin API's ``PopStateProvider`` when popack and revive share the process.
+
+    Revive-ledger and checkpoint-buffer statistics are read live from the roles;
+    in-flight counts come from the store's revive log (``StorePopState``), which
+    already knows every durable checkpoint.
+    """
+
+    def __init__(
+        self,
+        store_state: admin_popstate.StorePopState,
+        popack: PopackServices,
+        revive: ReviveService,
+    ) -> None:
+        self._store_state = store_state
+        self._popack = popack
+        self._revive = revive
+
+    async def in_flight(self, queues: Sequence[QueueKey]) -> Mapping[QueueKey, int]:
+        return await self._store_state.in_flight(queues)
+
+    async def revive_ledgers(self) -> Mapping[int, LedgerStats]:
+        return {w.revive_queue_id: w.ledger.stats() for w in self._revive.workers}
+
+    async def checkpoint_buffer(self) -> BufferStats | None:
+        return self._popack.state.buffer.stats()
+
+
 async def run_all(
     *,
     data_dir: Path,
     store_settings: StoreSettings,
     listen: str,
     advertise: str | None,
+    admin_listen: str | None = None,
+    admin_token: str | None = None,
     on_bound: Callable[[int], None] = lambda port: None,
+    on_admin_bound: Callable[[int], None] = lambda port: None,
 ) -> None:
-    """All three roles in one process on an in-process ``LocalStore``."""
+    """All three roles in one process on an in-process ``LocalStore`` (+ the admin API)."""
     stop = _stop_on_signals()
     store = LocalStore.open(data_dir, store_settings)
     try:
         endpoint = await PopackEndpoint.start(store, listen=listen, advertise=advertise)
         revive = await ReviveRole.start(store)
+        admin = None
+        if admin_listen is not None:
+            pop_state = LivePopState(
+                admin_popstate.StorePopState(store, clock=wall_clock_ms),
+                endpoint.services,
+                revive.service,
+            )
+            admin = await admin_server.serve_admin(
+                store,
+                listen=admin_listen,
+                token=admin_token,
+                pop_state=pop_state,
+                client_endpoint=str(endpoint.advertised),
+            )
+            on_admin_bound(admin.port)
         on_bound(endpoint.port)
         await stop.wait()
+        if admin is not None:
+            await admin.stop()
         await endpoint.stop()
         await revive.stop()
     finally:
