@@ -73,6 +73,8 @@ class BrokerProcess:
     procs: list[subprocess.Popen[bytes]] = field(default_factory=list)
     port: int = 0
     admin_port: int = 0  # set when started with ``admin=True`` (``all`` mode only)
+    roles: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    role_args: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def endpoint(self) -> str:
@@ -83,7 +85,7 @@ class BrokerProcess:
         return self.work_dir / "data"
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        log = (self.work_dir / f"{name}.log").open("wb")
+        log = (self.work_dir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "popbroker.cli", *args],
             stdout=log,
@@ -92,7 +94,28 @@ class BrokerProcess:
         )
         log.close()
         self.procs.append(proc)
+        self.roles[name] = proc
+        self.role_args[name] = args
         return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL one role process (by its PID) and reap it."""
+        proc = self.roles[name]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=STOP_TIMEOUT_S)
+        self.procs.remove(proc)
+
+    def restart(self, name: str) -> None:
+        """Start a killed role again with its arguments; the endpoint gets a new port."""
+        port_file = self.work_dir / "port"
+        if name in ("popack", "all"):
+            port_file.unlink(missing_ok=True)
+        self._spawn(name, self.role_args[name])
+        if name in ("popack", "all"):
+            _wait_for(
+                port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=self.procs
+            )
+            self.port = int(port_file.read_text().strip())
 
     @classmethod
     def start(
