@@ -22,8 +22,6 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from popbroker.store.wire import serve_main
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
@@ -36,7 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0 if args else 2
     role, rest = args[0], args[1:]
     if role == "store":
-        return serve_main.main(rest)
+        from popbroker.admin import storerole  # noqa: PLC0415 - only the store role serves admin
+
+        return storerole.main(rest)
     if role in ("popack", "revive", "all"):
         from popbroker.grpc import rolemain  # noqa: PLC0415 - only these roles need grpc servers
 

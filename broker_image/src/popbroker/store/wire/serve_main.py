@@ -21,11 +21,11 @@ import json
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from popbroker.store import errors
-from popbroker.store.api import FlushMode
+from popbroker.store.api import FlushMode, StoreApi
 from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
 from popbroker.store.wire import server
@@ -33,8 +33,11 @@ from popbroker.store.wire import server
 log = logging.getLogger(__name__)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m popbroker.store.wire.serve_main")
+def build_parser(
+    prog: str = "python -m popbroker.store.wire.serve_main",
+) -> argparse.ArgumentParser:
+    """The store role's flags; ``popbroker store`` adds the admin API's to them."""
+    parser = argparse.ArgumentParser(prog=prog)
     parser.add_argument("--data-dir", type=Path, required=True)
     parser.add_argument("--socket", type=Path, help="Unix socket path to serve on")
     parser.add_argument(
@@ -58,6 +61,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "(records after the damage are lost; see docs/operations.md)",
     )
     parser.add_argument("--log-level", default="INFO")
+    return parser
+
+
+def parse_args(
+    argv: Sequence[str] | None, parser: argparse.ArgumentParser | None = None
+) -> argparse.Namespace:
+    parser = parser or build_parser()
     args = parser.parse_args(argv)
     if args.socket is None and args.listen is None:
         parser.error("give --socket, --listen or both")
@@ -96,17 +106,25 @@ async def run(
     listen: str | None,
     grace_s: float = 2.0,
     repair: bool = False,
+    on_open: Callable[[StoreApi], Awaitable[Callable[[], Awaitable[None]]]] | None = None,
 ) -> None:
-    """Open the store, serve it until a termination signal, then stop in order."""
+    """Open the store, serve it until a termination signal, then stop in order.
+
+    ``on_open`` starts a companion server on the open store (the admin API of
+    ``popbroker store``) and returns its stop function, called first at shutdown.
+    """
     store = LocalStore.open(data_dir, settings, repair=repair)
     try:
         grpc_server = await server.serve(store, socket_path=socket_path, listen=listen)
+        stop_companion = await on_open(store) if on_open is not None else None
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
         await stop.wait()
         log.info("store wire: stopping")
+        if stop_companion is not None:
+            await stop_companion()
         await grpc_server.stop(grace_s)
     finally:
         await store.close()
