@@ -80,3 +80,15 @@ async def test_retry_topic_arrival_wakes_the_group_only() -> None:
         assert polling.notify_arrival("rmq_sys_REVIVE_LOG_x") == 0
         assert polling.notify_arrival("t") == 2
     assert polling.parked == 0
+
+
+async def test_one_arrival_wakes_one_waiter_per_group() -> None:
+    polling = LongPolling()
+    with polling.register("t", "g") as first, polling.register("t", "g") as second:
+        assert polling.notify_arrival("t") == 1
+        assert [first.woken, second.woken] == [True, False]
+        assert polling.notify_arrival("t") == 1  # the next arrival goes to the next waiter
+        assert [first.woken, second.woken] == [True, True]
+        assert polling.notify_arrival("t") == 0  # both already have a wake-up pending
+        assert await first.wait(0.01)
+        assert polling.notify_arrival("t") == 1

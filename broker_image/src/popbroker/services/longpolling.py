@@ -13,11 +13,13 @@ Rules:
      :class:`~popbroker.services.errors.TooManyRequests` (``TOO_MANY_REQUESTS``
      on the wire, as the proxy's ``POLLING_FULL``).
   3. Wake-ups (:meth:`LongPolling.notify_arrival`): an arrival on topic ``t``
-     wakes every group waiting on ``t``; an arrival on the retry topic
-     ``%RETRY%g+t`` wakes group ``g`` on ``t`` (revived messages wake their
-     consumers); system topics wake nobody. A receive that handed out
-     messages and saw more behind them wakes the next waiter of its key
-     (:meth:`LongPolling.notify`), so a backlog is drained by all pollers.
+     wakes, in every group waiting on ``t``, the oldest waiter not woken yet
+     (one message wakes one poller per group, not a herd); an arrival on the
+     retry topic ``%RETRY%g+t`` does the same for group ``g`` on ``t``
+     (revived messages wake their consumers); system topics wake nobody. A
+     receive that handed out messages and saw more behind them wakes the next
+     waiter of its key (:meth:`LongPolling.notify`), so a backlog is drained
+     by all pollers.
   4. Waking is an ``asyncio.Event`` per waiter: cheap, idempotent, and a
      spurious wake-up only costs one empty attempt.
 
@@ -52,6 +54,11 @@ class Waiter:
 
     def wake(self) -> None:
         self._event.set()
+
+    @property
+    def woken(self) -> bool:
+        """True while a wake-up is pending (not yet consumed by :meth:`wait`)."""
+        return self._event.is_set()
 
     async def wait(self, timeout_s: float) -> bool:
         """Wait for a wake-up; True when woken, False on timeout. Re-arms itself."""
@@ -113,13 +120,15 @@ class LongPolling:
                 if not groups:
                     del self._groups_by_topic[key[0]]
 
-    def notify(self, topic: str, group: str, *, all_waiters: bool = True) -> int:
-        """Wake the waiters of ``(topic, group)`` (or only the oldest); returns how many."""
+    def notify(self, topic: str, group: str, *, all_waiters: bool = False) -> int:
+        """Wake the oldest not-yet-woken waiter of ``(topic, group)`` (or all); how many."""
         waiters = self._waiters.get((topic, group))
         if not waiters:
             return 0
         woken = 0
         for waiter in waiters:
+            if waiter.woken and not all_waiters:
+                continue
             waiter.wake()
             woken += 1
             if not all_waiters:
@@ -127,7 +136,7 @@ class LongPolling:
         return woken
 
     def notify_topic(self, topic: str) -> int:
-        """Wake every group waiting on ``topic``."""
+        """Wake one waiter in every group waiting on ``topic``."""
         return sum(
             self.notify(topic, group) for group in list(self._groups_by_topic.get(topic, ()))
         )
