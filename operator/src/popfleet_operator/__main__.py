@@ -1,0 +1,54 @@
+"""``python -m popfleet_operator``: run the operator (the image's entry point).
+
+Environment (the chart sets these):
+
+=============================  ===========================================================
+``POPFLEET_NAMESPACES``        comma-separated namespaces to watch; empty: cluster-wide
+``POPFLEET_PEERING_NAME``      kopf peering object (``ClusterKopfPeering``); empty: standalone
+``POPFLEET_PRIORITY``          this replica's peering priority (higher wins)
+``POPFLEET_RESYNC_INTERVAL_S`` level-based re-check of every object (default 30)
+``POPFLEET_ADMIN_TIMEOUT_S``   deadline of each broker admin call (default 5)
+``POPFLEET_METRICS_LISTEN``    ``HOST:PORT`` for Prometheus ``/metrics``; empty: none
+``POPFLEET_HEALTH_LISTEN``     ``HOST:PORT`` for kopf's liveness ``/healthz``; empty: none
+``POPFLEET_LOG_LEVEL``         default INFO
+=============================  ===========================================================
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import kopf
+
+
+def main() -> int:
+    logging.basicConfig(
+        level=os.environ.get("POPFLEET_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # Importing the handler modules registers them with kopf.
+    from popfleet_operator.handlers import (  # noqa: PLC0415, F401
+        clusters,
+        groups,
+        settings,
+        topics,
+    )
+
+    namespaces = [n for n in os.environ.get("POPFLEET_NAMESPACES", "").split(",") if n]
+    peering = os.environ.get("POPFLEET_PEERING_NAME", "")
+    health = os.environ.get("POPFLEET_HEALTH_LISTEN", "")
+    kopf.run(
+        clusterwide=not namespaces,
+        namespaces=namespaces,
+        standalone=not peering,
+        peering_name=peering or None,
+        priority=int(os.environ.get("POPFLEET_PRIORITY", "0")),
+        liveness_endpoint=f"http://{health}/healthz" if health else None,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Ingress to broker pods: the client port from anywhere, the admin port from the operator
+and the audit jobs only (any namespace: the operator usually lives in its own)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popfleet_operator.builders import meta
+from popfleet_operator.model import names
+from popfleet_operator.model.specs import ObjectRef
+
+
+def build(owner: ObjectRef) -> dict[str, Any]:
+    admin_callers = [
+        {"namespaceSelector": {}, "podSelector": {"matchLabels": {names.LABEL_NAME: app}}}
+        for app in (names.OPERATOR_APP,)
+    ] + [
+        {"podSelector": {"matchLabels": {names.AUDIT_ROLE_LABEL: "audit"}}},
+    ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": meta.object_meta(owner, names.statefulset(owner.name)),
+        "spec": {
+            "podSelector": {"matchLabels": names.selector_labels(owner.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {"ports": [{"port": names.CLIENT_PORT, "protocol": "TCP"}]},
+                {"from": admin_callers, "ports": [{"port": names.ADMIN_PORT, "protocol": "TCP"}]},
+            ],
+        },
+    }

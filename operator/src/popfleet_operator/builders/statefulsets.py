@@ -1,0 +1,204 @@
+"""The broker StatefulSet: one pod per broker, three role containers sharing one volume.
+
+Pod layout (DESIGN §3):
+
+* ``store`` owns the data volume (``/data``), serves the store API on the Unix socket
+  ``/data/store.sock`` and the admin API on ``$(POD_IP):9877``; its gRPC health is the
+  pod's readiness and liveness (it answers only once the store is open and writable).
+* ``popack`` serves RocketMQ v2 clients on ``$(POD_IP):8081`` and advertises that
+  endpoint in routes; readiness is the port accepting connections.
+* ``revive`` redelivers expired checkpoints; it has no port and fails by exiting.
+
+popack and revive exit when the store socket is not there yet; the restart back-off covers
+the first second of a pod's life. Every container runs as a non-root user on a read-only
+root filesystem with no capabilities; the only writable paths are the data volume and an
+emptyDir ``/tmp``. Pods start in parallel (brokers do not depend on each other).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from popfleet_operator.builders import meta
+from popfleet_operator.model import names
+from popfleet_operator.model.specs import ClusterSpec, ObjectRef, Resources
+
+GRACE_S = 30
+
+
+def _env() -> list[dict[str, Any]]:
+    return [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+    ]
+
+
+def _security_context() -> dict[str, Any]:
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "runAsNonRoot": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def _resources(spec: ClusterSpec, role: str) -> dict[str, Any]:
+    res = spec.resources.get(role, Resources())
+    out: dict[str, Any] = {}
+    if res.requests:
+        out["requests"] = dict(res.requests)
+    if res.limits:
+        out["limits"] = dict(res.limits)
+    return out
+
+
+def _mounts(spec: ClusterSpec) -> list[dict[str, Any]]:
+    mounts: list[dict[str, Any]] = [
+        {"name": "data", "mountPath": names.DATA_MOUNT},
+        {"name": "config", "mountPath": names.CONFIG_MOUNT, "readOnly": True},
+        {"name": "tmp", "mountPath": "/tmp"},  # noqa: S108 - an emptyDir, not the host's /tmp
+    ]
+    if spec.admin_token is not None:
+        mounts.append(
+            {"name": "admin-token", "mountPath": names.ADMIN_TOKEN_MOUNT, "readOnly": True}
+        )
+    return mounts
+
+
+def _container(spec: ClusterSpec, role: str, args: list[str]) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": role,
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "args": [role, *args],
+        "env": _env(),
+        "volumeMounts": _mounts(spec),
+        "securityContext": _security_context(),
+    }
+    resources = _resources(spec, role)
+    if resources:
+        container["resources"] = resources
+    return container
+
+
+def store_container(owner: ObjectRef, spec: ClusterSpec) -> dict[str, Any]:
+    args = [
+        f"--data-dir={names.DATA_MOUNT}/store",
+        f"--socket={names.STORE_SOCKET}",
+        f"--admin-listen=$(POD_IP):{names.ADMIN_PORT}",
+        f"--cluster={owner.name}",
+        "--broker-name=$(POD_NAME)",
+        f"--flush-mode={spec.flush_mode.value.lower()}",
+        "--settings-json=" + json.dumps({"revive_queue_num": spec.revive_queue_num}),
+    ]
+    if spec.admin_token is not None:
+        args.append(f"--admin-token-file={names.ADMIN_TOKEN_MOUNT}/token")
+    container = _container(spec, "store", args)
+    grpc_probe = {"port": names.ADMIN_PORT}
+    container["ports"] = [{"name": "admin", "containerPort": names.ADMIN_PORT, "protocol": "TCP"}]
+    container["startupProbe"] = {"grpc": grpc_probe, "periodSeconds": 1, "failureThreshold": 300}
+    container["readinessProbe"] = {"grpc": grpc_probe, "periodSeconds": 2, "failureThreshold": 2}
+    container["livenessProbe"] = {"grpc": grpc_probe, "periodSeconds": 10, "failureThreshold": 6}
+    return container
+
+
+def popack_container(spec: ClusterSpec) -> dict[str, Any]:
+    endpoint = f"$(POD_IP):{names.CLIENT_PORT}"
+    args = [
+        f"--store-socket={names.STORE_SOCKET}",
+        f"--listen={endpoint}",
+        f"--advertise={endpoint}",
+    ]
+    container = _container(spec, "popack", args)
+    tcp_probe = {"port": names.CLIENT_PORT}
+    container["ports"] = [{"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"}]
+    container["readinessProbe"] = {"tcpSocket": tcp_probe, "periodSeconds": 2}
+    container["livenessProbe"] = {
+        "tcpSocket": tcp_probe,
+        "periodSeconds": 10,
+        "failureThreshold": 6,
+        "initialDelaySeconds": 10,
+    }
+    return container
+
+
+def revive_container(spec: ClusterSpec) -> dict[str, Any]:
+    return _container(spec, "revive", [f"--store-socket={names.STORE_SOCKET}"])
+
+
+def _volumes(owner: ObjectRef, spec: ClusterSpec) -> list[dict[str, Any]]:
+    volumes: list[dict[str, Any]] = [
+        {"name": "config", "configMap": {"name": names.configmap(owner.name)}},
+        {"name": "tmp", "emptyDir": {}},
+    ]
+    if spec.admin_token is not None:
+        volumes.append(
+            {
+                "name": "admin-token",
+                "secret": {
+                    "secretName": spec.admin_token.name,
+                    "items": [{"key": spec.admin_token.key, "path": "token"}],
+                },
+            }
+        )
+    return volumes
+
+
+def _claim(spec: ClusterSpec) -> dict[str, Any]:
+    claim_spec: dict[str, Any] = {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": spec.storage_size}},
+    }
+    if spec.storage_class:
+        claim_spec["storageClassName"] = spec.storage_class
+    return {"metadata": {"name": "data"}, "spec": claim_spec}
+
+
+def build(
+    owner: ObjectRef, spec: ClusterSpec, *, replicas: int, config_hash: str
+) -> dict[str, Any]:
+    """The StatefulSet with ``replicas`` pods (planning decides it; see scaling)."""
+    pod_labels = names.labels(owner.name)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": meta.object_meta(owner, names.statefulset(owner.name)),
+        "spec": {
+            "replicas": replicas,
+            "serviceName": names.headless_service(owner.name),
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": names.selector_labels(owner.name)},
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain",
+                "whenScaled": "Retain",
+            },
+            "template": {
+                "metadata": {
+                    "labels": pod_labels,
+                    "annotations": {names.CONFIG_HASH: config_hash},
+                },
+                "spec": {
+                    "serviceAccountName": names.service_account(owner.name),
+                    "automountServiceAccountToken": False,
+                    "terminationGracePeriodSeconds": GRACE_S,
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": names.BROKER_UID,
+                        "runAsGroup": names.BROKER_UID,
+                        "fsGroup": names.BROKER_UID,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
+                    "containers": [
+                        store_container(owner, spec),
+                        popack_container(spec),
+                        revive_container(spec),
+                    ],
+                    "volumes": _volumes(owner, spec),
+                },
+            },
+            "volumeClaimTemplates": [_claim(spec)],
+        },
+    }

@@ -1,0 +1,1 @@
+"""Edges: the Kubernetes API (``kube``) and the brokers' admin API (``brokers``, ``fanout``)."""

@@ -1,0 +1,140 @@
+"""The operator's Kubernetes client for child objects (kubernetes_asyncio, JSON in and out).
+
+kopf watches and patches the popfleet CRs itself; this module does the rest: server-side
+apply of children (field manager ``popfleet-operator``, conflicts forced: the operator owns
+what it declares), listing broker pods, reading the admin token Secret and the BrokerCluster
+a Topic or ConsumerGroup refers to. Bodies are plain dicts; errors become
+:class:`~popfleet_operator.errors.KubeError` with the HTTP status.
+
+Configuration: ``$KUBECONFIG`` when set (the local testbed gives every pod one), otherwise
+the in-cluster service account. See docs/design/2026-11-21-operator-client.md for why this
+library.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes_asyncio import client as k8s_client
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from popfleet_operator.errors import KubeError
+from popfleet_operator.model import names
+
+Obj = dict[str, Any]
+
+# apiVersion, kind -> URL plural, for the kinds the operator manages.
+PLURALS = {
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Service"): "services",
+    ("v1", "Pod"): "pods",
+    ("v1", "Secret"): "secrets",
+    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    (names.API_VERSION, "BrokerCluster"): "brokerclusters",
+    (names.API_VERSION, "Topic"): "topics",
+    (names.API_VERSION, "ConsumerGroup"): "consumergroups",
+}
+
+
+def path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    url = f"{base}/namespaces/{quote(namespace)}/{PLURALS[(api_version, kind)]}"
+    return f"{url}/{quote(name)}" if name else url
+
+
+class Kube:
+    """JSON calls on one ``ApiClient``: :meth:`connect` first, :meth:`close` last."""
+
+    def __init__(self, api: Any) -> None:
+        self._api = api
+
+    @classmethod
+    async def connect(cls) -> Kube:
+        configuration = k8s_client.Configuration()
+        if os.environ.get("KUBECONFIG"):
+            await k8s_config.load_kube_config(client_configuration=configuration)
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        return cls(k8s_client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def request(
+        self,
+        method: str,
+        url: str,
+        *,
+        body: Obj | None = None,
+        query: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        try:
+            response = await self._api.call_api(
+                url,
+                method,
+                query_params=list((query or {}).items()),
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=30,
+            )
+        except ApiException as exc:
+            raise KubeError(
+                f"{method} {url}: {exc.status} {exc.reason}", status=exc.status
+            ) from exc
+        try:
+            text = await response.text()
+            if not 200 <= response.status <= 299:
+                raise KubeError(
+                    f"{method} {url}: {response.status} {text[:500]}", status=response.status
+                )
+            return json.loads(text) if text else {}
+        finally:
+            response.release()
+
+    async def get_or_none(self, url: str) -> Obj | None:
+        try:
+            return await self.request("GET", url)
+        except KubeError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def items(self, url: str, *, label_selector: str = "") -> list[Obj]:
+        query = {"labelSelector": label_selector} if label_selector else None
+        listing = await self.request("GET", url, query=query)
+        return list(listing.get("items") or [])
+
+    async def apply(self, obj: Obj) -> Obj:
+        """Server-side apply ``obj`` (create or update; the operator's fields win)."""
+        meta = obj["metadata"]
+        url = path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        return await self.request(
+            "PATCH",
+            url,
+            body=obj,
+            query={"fieldManager": names.FIELD_MANAGER, "force": "true"},
+            content_type="application/apply-patch+yaml",
+        )
+
+    async def patch_merge(self, url: str, patch: Obj) -> Obj:
+        return await self.request(
+            "PATCH", url, body=patch, content_type="application/merge-patch+json"
+        )
+
+    async def delete(self, url: str) -> None:
+        try:
+            await self.request("DELETE", url)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise

@@ -1,0 +1,188 @@
+"""BrokerCluster: children, replicas, membership and status, as named steps.
+
+``reconcile`` runs on create/update/resume and on every resync tick (level-based):
+
+1. ``paused``: leave everything as it is and say so;
+2. ``parse``: the spec, or ``InvalidSpec`` -> ``PermanentError`` with a condition;
+3. ``observe``: StatefulSet replicas, broker pods, their admin APIs (config epochs);
+4. ``plan_replicas``: scale-down only when the leaving brokers hold no backlog;
+5. ``apply_children``: server-side apply of every child (owner references set);
+6. ``push_members``: the member list (pod IP endpoints) to every reachable broker;
+7. ``report``: status, conditions, Events for transitions, metrics.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from popfleet_operator import builders, errors
+from popfleet_operator.clients import fanout
+from popfleet_operator.clients import kube as kube_client
+from popfleet_operator.handlers import metrics, runtime
+from popfleet_operator.model import names, specs
+from popfleet_operator.model.observations import BrokerInfo, BrokerPod
+from popfleet_operator.planning import backoff, membership, scaling
+from popfleet_operator.status import clusters as cluster_status
+from popfleet_operator.status import conditions as c
+
+KIND = "BrokerCluster"
+
+
+async def plan_replicas(
+    rt: runtime.Runtime,
+    *,
+    current: int | None,
+    desired: int,
+    pods: list[BrokerPod],
+    token: str | None,
+) -> scaling.ScalePlan:
+    leaving_ordinals = set(scaling.leaving(current or 0, desired))
+    leaving_pods = [p for p in pods if p.ordinal in leaving_ordinals]
+    admins = rt.pool.for_pods(leaving_pods, token)
+    found = await fanout.backlogs(admins, fanout.broker_backlog)
+    backlog = {p.ordinal: found.get(p.name) for p in leaving_pods}
+    return scaling.plan(current=current, desired=desired, backlog=backlog)
+
+
+async def apply_children(
+    rt: runtime.Runtime, ref: specs.ObjectRef, spec: specs.ClusterSpec, replicas: int
+) -> None:
+    for child in builders.children(ref, spec, replicas=replicas):
+        await rt.kube.apply(child)
+
+
+def report(
+    *,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    spec: specs.ClusterSpec,
+    infos: list[BrokerInfo],
+    plan: scaling.ScalePlan,
+    member_errors: dict[str, str],
+) -> list[c.Condition]:
+    ref = specs.ObjectRef.from_body(KIND, body)
+    expected = [i for i in infos if i.pod.ordinal < max(spec.brokers, plan.replicas)]
+    with_errors = [
+        BrokerInfo(
+            i.pod,
+            reachable=i.reachable,
+            config_epoch=i.config_epoch,
+            serving=i.serving,
+            error=i.error or member_errors.get(i.pod.name, ""),
+        )
+        for i in expected
+    ]
+    ready = cluster_status.ready_count(with_errors, desired=spec.brokers)
+    conditions = cluster_status.cluster_conditions(
+        with_errors, desired=spec.brokers, replicas=plan.replicas, blocked=plan.blocked
+    )
+    previous = (body.get("status") or {}).get("brokers") or []
+    for broker, old, new in runtime.epoch_changes(
+        previous, {i.pod.name: i.config_epoch for i in with_errors}
+    ):
+        kopf.event(
+            body,
+            type="Normal",
+            reason="BrokerConfigEpochChanged",
+            message=f"{broker}: config epoch {old} -> {new}; topics, groups and modes re-applied",
+        )
+    old_conditions = (body.get("status") or {}).get("conditions") or []
+    if plan.blocked and not c.is_true(old_conditions, c.DEGRADED):
+        kopf.warn(body, reason=c.SCALE_DOWN_BLOCKED, message=plan.blocked)
+    if conditions[0].status and not c.is_true(old_conditions, c.READY):
+        kopf.event(body, type="Normal", reason=c.ALL_BROKERS_READY, message=conditions[0].message)
+    runtime.write_status(
+        patch,
+        body,
+        conditions,
+        readyBrokers=ready,
+        brokersReady=f"{ready}/{spec.brokers}",
+        brokers=cluster_status.broker_entries(with_errors),
+    )
+    metrics.READY_BROKERS.labels(ref.namespace, ref.name).set(ready)
+    return conditions
+
+
+async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Condition]:
+    rt = runtime.get(memo)
+    ref = specs.ObjectRef.from_body(KIND, body)
+    if runtime.paused(body):
+        update = c.Condition(c.RECONCILING, False, c.PAUSED, f"annotation {names.PAUSED}=true")
+        runtime.write_status(patch, body, [update])
+        return [update]
+    try:
+        spec = specs.parse_cluster(body["spec"])
+        token = await runtime.admin_token(rt.kube, ref.namespace, spec)
+    except errors.InvalidSpec as exc:
+        updates = [
+            c.Condition(c.READY, False, c.INVALID_SPEC, exc.message),
+            c.Condition(c.RECONCILING, False, c.INVALID_SPEC, exc.message),
+        ]
+        runtime.write_status(patch, body, updates)
+        raise kopf.PermanentError(exc.message) from exc
+    except errors.SecretNotFound as exc:
+        updates = [
+            c.Condition(c.READY, False, exc.reason, exc.message),
+            c.Condition(c.RECONCILING, True, exc.reason, exc.message),
+        ]
+        runtime.write_status(patch, body, updates)
+        return updates
+    sts = await rt.kube.get_or_none(
+        kube_client.path("apps/v1", "StatefulSet", ref.namespace, names.statefulset(ref.name))
+    )
+    current = int(sts["spec"]["replicas"]) if sts else None
+    pods = await runtime.broker_pods(rt.kube, ref.namespace, ref.name)
+    plan = await plan_replicas(rt, current=current, desired=spec.brokers, pods=pods, token=token)
+    await apply_children(rt, ref, spec, plan.replicas)
+    members_pods = [p for p in pods if p.ordinal < plan.replicas]
+    admins = rt.pool.for_pods(members_pods, token)
+    infos = await fanout.observe(members_pods, admins)
+    reachable = {i.pod.name: admins[i.pod.name] for i in infos if i.reachable}
+    member_errors = await fanout.push_members(
+        reachable, membership.desired_members(members_pods, replicas=plan.replicas)
+    )
+    return report(
+        body=body, patch=patch, spec=spec, infos=infos, plan=plan, member_errors=member_errors
+    )
+
+
+async def _run(
+    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: kopf.Logger, retry: int | None
+) -> None:
+    with metrics.timed(KIND):
+        async with runtime.lock(memo):
+            try:
+                conditions = await reconcile(body, patch, memo)
+            except errors.KubeError as exc:
+                metrics.RECONCILES.labels(KIND, "retry").inc()
+                if retry is None:
+                    logger.warning("resync: %s", exc.message)
+                    return
+                raise kopf.TemporaryError(exc.message, delay=backoff.delay_s(retry)) from exc
+    degraded = next((x for x in conditions if x.type == c.DEGRADED and x.status), None)
+    metrics.RECONCILES.labels(KIND, "degraded" if degraded else "ok").inc()
+    if degraded is not None and retry is not None:
+        raise kopf.TemporaryError(degraded.message, delay=backoff.delay_s(retry))
+
+
+@kopf.on.resume(names.GROUP, names.VERSION, "brokerclusters")
+@kopf.on.create(names.GROUP, names.VERSION, "brokerclusters")
+@kopf.on.update(names.GROUP, names.VERSION, "brokerclusters")
+async def changed(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    logger: kopf.Logger,
+    retry: int,
+    **_: Any,
+) -> None:
+    await _run(body, patch, memo, logger, retry)
+
+
+@kopf.timer(names.GROUP, names.VERSION, "brokerclusters", interval=runtime.RESYNC_S, idle=None)
+async def resync(
+    *, body: kopf.Body, patch: kopf.Patch, memo: Any, logger: kopf.Logger, **_: Any
+) -> None:
+    await _run(body, patch, memo, logger, None)

@@ -1,0 +1,49 @@
+"""Prometheus series of the operator (served on ``$POPFLEET_METRICS_LISTEN``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+
+from prometheus_client import Counter, Gauge, Histogram
+
+RECONCILES = Counter(
+    "popfleet_operator_reconciles",
+    "Reconcile rounds by kind and result (ok, retry, failed, skipped)",
+    ["kind", "result"],
+)
+RECONCILE_SECONDS = Histogram(
+    "popfleet_operator_reconcile_seconds",
+    "Duration of reconcile rounds by kind",
+    ["kind"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+BROKERS_IN_SYNC = Gauge(
+    "popfleet_operator_brokers_in_sync",
+    "Brokers that confirmed an object on read-back",
+    ["kind", "namespace", "name"],
+)
+BROKERS_EXPECTED = Gauge(
+    "popfleet_operator_brokers_expected",
+    "Brokers an object should be on",
+    ["kind", "namespace", "name"],
+)
+READY_BROKERS = Gauge(
+    "popfleet_operator_ready_brokers", "Ready brokers of a BrokerCluster", ["namespace", "name"]
+)
+
+
+@contextmanager
+def timed(kind: str) -> Iterator[None]:
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        RECONCILE_SECONDS.labels(kind).observe(time.monotonic() - start)
+
+
+def forget(kind: str, namespace: str, name: str) -> None:
+    for gauge in (BROKERS_IN_SYNC, BROKERS_EXPECTED):
+        with suppress(KeyError):
+            gauge.remove(kind, namespace, name)

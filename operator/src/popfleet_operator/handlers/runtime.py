@@ -1,0 +1,141 @@
+"""What every handler shares: the Kubernetes client, the broker pool, the intervals.
+
+Built once at start-up (``settings.startup``) and kept in kopf's global ``memo``; handlers
+reach it with :func:`get`. Also the small steps every reconciler needs: pause/unmanaged
+annotations, the admin token, the broker pods, writing status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from popfleet_operator.clients import kube as kube_client
+from popfleet_operator.clients.brokers import BrokerPool
+from popfleet_operator.errors import KubeError, SecretNotFound
+from popfleet_operator.model import names
+from popfleet_operator.model.observations import BrokerPod
+from popfleet_operator.model.specs import ClusterSpec
+from popfleet_operator.status import conditions as c
+
+RESYNC_S = float(os.environ.get("POPFLEET_RESYNC_INTERVAL_S", "30"))
+ADMIN_TIMEOUT_S = float(os.environ.get("POPFLEET_ADMIN_TIMEOUT_S", "5"))
+
+
+@dataclass
+class Runtime:
+    kube: kube_client.Kube
+    pool: BrokerPool
+
+
+def get(memo: Any) -> Runtime:
+    runtime = memo.get("runtime")
+    if not isinstance(runtime, Runtime):
+        raise kopf.TemporaryError("operator still starting", delay=1)
+    return runtime
+
+
+def lock(memo: Any) -> asyncio.Lock:
+    """One reconcile at a time per object (a timer and a change handler may overlap)."""
+    found = memo.get("lock")
+    if not isinstance(found, asyncio.Lock):
+        found = asyncio.Lock()
+        memo["lock"] = found
+    return found
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def annotation(body: Mapping[str, Any], key: str) -> str:
+    return str((body.get("metadata", {}).get("annotations") or {}).get(key, "")).lower()
+
+
+def paused(body: Mapping[str, Any]) -> bool:
+    return annotation(body, names.PAUSED) == "true"
+
+
+def unmanaged(body: Mapping[str, Any]) -> bool:
+    return annotation(body, names.MANAGED) == "false"
+
+
+def write_status(
+    patch: Any,
+    body: Mapping[str, Any],
+    updates: Sequence[c.Condition],
+    **fields: Any,
+) -> None:
+    """Put ``fields`` and the merged conditions into kopf's status patch."""
+    status = body.get("status") or {}
+    generation = int(body["metadata"].get("generation", 0))
+    for key, value in fields.items():
+        patch.status[key] = value
+    patch.status["observedGeneration"] = generation
+    patch.status["conditions"] = c.merge(
+        status.get("conditions") or [], updates, now=now(), generation=generation
+    )
+
+
+async def admin_token(kube: kube_client.Kube, namespace: str, spec: ClusterSpec) -> str | None:
+    if spec.admin_token is None:
+        return None
+    url = kube_client.path("v1", "Secret", namespace, spec.admin_token.name)
+    try:
+        secret = await kube.request("GET", url)
+    except KubeError as exc:
+        if exc.status == 404:
+            raise SecretNotFound(
+                f"spec.auth.adminTokenSecret: Secret {spec.admin_token.name!r} not found"
+            ) from exc
+        raise
+    value = (secret.get("data") or {}).get(spec.admin_token.key)
+    if value is None:
+        raise SecretNotFound(
+            f"spec.auth.adminTokenSecret: Secret {spec.admin_token.name!r} "
+            f"has no key {spec.admin_token.key!r}"
+        )
+    return base64.b64decode(value).decode().strip()
+
+
+def broker_pod(cluster: str, pod: Mapping[str, Any]) -> BrokerPod | None:
+    name = str(pod["metadata"]["name"])
+    ordinal = names.ordinal(cluster, name)
+    if ordinal is None:
+        return None
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    return BrokerPod(
+        name=name,
+        ordinal=ordinal,
+        pod_ip=status.get("podIP") or None,
+        ready=any(x.get("type") == "Ready" and x.get("status") == "True" for x in conditions),
+        terminating=bool(pod["metadata"].get("deletionTimestamp")),
+    )
+
+
+async def broker_pods(kube: kube_client.Kube, namespace: str, cluster: str) -> list[BrokerPod]:
+    raw = await kube.items(
+        kube_client.path("v1", "Pod", namespace), label_selector=names.pod_selector(cluster)
+    )
+    pods = [p for p in (broker_pod(cluster, r) for r in raw) if p is not None]
+    return sorted(pods, key=lambda p: p.ordinal)
+
+
+def epoch_changes(
+    previous: Sequence[Mapping[str, Any]], current: Mapping[str, str]
+) -> list[tuple[str, str, str]]:
+    """(broker, old epoch, new epoch) for brokers whose config epoch changed since last time."""
+    before = {str(b.get("name")): str(b.get("configEpoch", "")) for b in previous}
+    return [
+        (broker, before[broker], epoch)
+        for broker, epoch in sorted(current.items())
+        if epoch and before.get(broker) and before[broker] != epoch
+    ]

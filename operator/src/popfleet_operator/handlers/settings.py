@@ -1,0 +1,71 @@
+"""kopf configuration and the operator's start-up and clean-up.
+
+* progress and the last-handled spec live in ``popfleet.io/*`` annotations, not in
+  ``status.kopf`` (our structural status schema would prune it);
+* the finalizer is ``popfleet.io/finalizer`` (Topics and ConsumerGroups only);
+* handler log lines are not all posted as Events (only warnings); the reconcilers post
+  their own Events for transitions;
+* peering: kopf's own (``ClusterKopfPeering`` named by ``$POPFLEET_PEERING_NAME``) so two
+  replicas never both act; the chart installs the peering CRD.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import kopf
+from prometheus_client import start_http_server
+
+from popfleet_operator.clients import kube as kube_client
+from popfleet_operator.clients.brokers import BrokerPool, connect_grpc
+from popfleet_operator.handlers import runtime
+
+log = logging.getLogger(__name__)
+
+
+def _metrics_listen() -> tuple[str, int] | None:
+    value = os.environ.get("POPFLEET_METRICS_LISTEN", "")
+    if not value:
+        return None
+    host, _, port = value.rpartition(":")
+    return host or "0.0.0.0", int(port)  # noqa: S104 - the pod's own address in a real pod
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """$KUBECONFIG when set (the local testbed's pods have one), else the service account."""
+    if os.environ.get("KUBECONFIG"):
+        return kopf.login_with_kubeconfig(**kwargs)
+    return kopf.login_with_service_account(**kwargs)
+
+
+@kopf.on.startup()
+async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    settings.persistence.finalizer = "popfleet.io/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="popfleet.io")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="popfleet.io", key="last-handled-configuration"
+    )
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+    settings.watching.client_timeout = 330
+    settings.networking.request_timeout = 60
+    settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
+    listen = _metrics_listen()
+    if listen:
+        start_http_server(listen[1], addr=listen[0])
+        log.info("metrics on %s:%d", *listen)
+    memo["runtime"] = runtime.Runtime(
+        kube=await kube_client.Kube.connect(),
+        pool=BrokerPool(connect_grpc(runtime.ADMIN_TIMEOUT_S)),
+    )
+
+
+@kopf.on.cleanup()
+async def cleanup(memo: kopf.Memo, **_: Any) -> None:
+    found = memo.get("runtime")
+    if isinstance(found, runtime.Runtime):
+        await found.pool.close()
+        await found.kube.close()

@@ -1,0 +1,1 @@
+"""Parsed specs and the names, labels and ports every other layer agrees on (pure)."""

@@ -1,0 +1,99 @@
+"""Names, labels, annotations and ports shared by builders, planning and handlers.
+
+Children of a BrokerCluster ``NAME`` (all in its namespace):
+
+=====================  ==========================  ==========================================
+kind                   name                        purpose
+=====================  ==========================  ==========================================
+StatefulSet            ``NAME``                    the broker pods ``NAME-0``, ``NAME-1``, ...
+Service (headless)     ``NAME-brokers``            stable pod DNS; publishes not-ready pods
+Service                ``NAME``                    client entry point (routes then name pods)
+ConfigMap              ``NAME-config``             cluster settings mounted at /etc/popfleet
+PodDisruptionBudget    ``NAME``                    at most one broker down voluntarily
+ServiceAccount         ``NAME-broker``             the pods' identity (no API token mounted)
+NetworkPolicy          ``NAME``                    client port open, admin port operator-only
+=====================  ==========================  ==========================================
+
+The operator dials brokers on pod IPs only (``status.podIP``), never on Service addresses.
+"""
+
+from __future__ import annotations
+
+GROUP = "popfleet.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+FIELD_MANAGER = "popfleet-operator"
+
+CLIENT_PORT = 8081
+ADMIN_PORT = 9877
+DATA_MOUNT = "/data"
+CONFIG_MOUNT = "/etc/popfleet"
+ADMIN_TOKEN_MOUNT = "/etc/popfleet-admin"  # noqa: S105 - a mount path, not a secret
+STORE_SOCKET = f"{DATA_MOUNT}/store.sock"
+BROKER_UID = 10001
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_CLUSTER = f"{GROUP}/cluster"
+BROKER_APP = "popfleet-broker"
+OPERATOR_APP = "popfleet-operator"
+AUDIT_ROLE_LABEL = f"{GROUP}/role"
+
+# Annotations a user sets on a BrokerCluster, Topic or ConsumerGroup (Strimzi-style).
+PAUSED = f"{GROUP}/paused"  # "true": leave brokers and children alone, say so in status
+MANAGED = f"{GROUP}/managed"  # "false": never touch the brokers for this object, even on delete
+CONFIG_HASH = f"{GROUP}/config-hash"  # on the pod template: rolls the pods on a settings change
+
+
+def statefulset(cluster: str) -> str:
+    return cluster
+
+
+def headless_service(cluster: str) -> str:
+    return f"{cluster}-brokers"
+
+
+def client_service(cluster: str) -> str:
+    return cluster
+
+
+def configmap(cluster: str) -> str:
+    return f"{cluster}-config"
+
+
+def service_account(cluster: str) -> str:
+    return f"{cluster}-broker"
+
+
+def pod(cluster: str, ordinal: int) -> str:
+    return f"{cluster}-{ordinal}"
+
+
+def ordinal(cluster: str, pod_name: str) -> int | None:
+    """The StatefulSet ordinal of ``pod_name`` in ``cluster``, None for a foreign name."""
+    prefix = f"{cluster}-"
+    rest = pod_name.removeprefix(prefix)
+    if rest == pod_name or not rest.isdigit():
+        return None
+    return int(rest)
+
+
+def selector_labels(cluster: str) -> dict[str, str]:
+    """The StatefulSet's selector: stable for the object's life (nothing version-ish)."""
+    return {LABEL_NAME: BROKER_APP, LABEL_INSTANCE: cluster, LABEL_CLUSTER: cluster}
+
+
+def labels(cluster: str, component: str = "broker") -> dict[str, str]:
+    return {
+        **selector_labels(cluster),
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: OPERATOR_APP,
+        LABEL_PART_OF: "popfleet",
+    }
+
+
+def pod_selector(cluster: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items()))

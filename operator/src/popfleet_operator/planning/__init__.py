@@ -1,0 +1,1 @@
+"""Pure decisions: what to write to a broker, how many replicas, who owns a name."""

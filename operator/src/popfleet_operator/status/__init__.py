@@ -1,0 +1,1 @@
+"""Pure status: conditions (kstatus style) and the per-broker status blocks."""

@@ -1,0 +1,72 @@
+"""BrokerCluster status from its pods and what their admin APIs answered."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from popfleet_operator.model import names
+from popfleet_operator.model.observations import BrokerInfo
+from popfleet_operator.status import conditions as c
+
+
+def broker_entries(infos: Sequence[BrokerInfo]) -> list[dict[str, Any]]:
+    entries = []
+    for info in sorted(infos, key=lambda i: i.pod.ordinal):
+        entry: dict[str, Any] = {
+            "name": info.pod.name,
+            "ready": info.pod.ready and info.reachable and info.serving,
+            "lastError": info.error,
+        }
+        client = info.pod.endpoint(names.CLIENT_PORT)
+        admin = info.pod.endpoint(names.ADMIN_PORT)
+        if client and admin:
+            entry["endpoint"] = client
+            entry["adminEndpoint"] = admin
+        if info.config_epoch:
+            entry["configEpoch"] = info.config_epoch
+        entries.append(entry)
+    return entries
+
+
+def ready_count(infos: Sequence[BrokerInfo], *, desired: int) -> int:
+    return sum(
+        1 for i in infos if i.pod.ordinal < desired and i.pod.ready and i.reachable and i.serving
+    )
+
+
+def cluster_conditions(
+    infos: Sequence[BrokerInfo], *, desired: int, replicas: int, blocked: str = ""
+) -> list[c.Condition]:
+    """``replicas`` is what the StatefulSet was given (differs from ``desired`` while blocked)."""
+    ready = ready_count(infos, desired=desired)
+    unreachable = sorted(i.pod.name for i in infos if i.pod.ready and not i.reachable)
+    all_ready = ready == desired and replicas == desired
+    if all_ready:
+        ready_cond = c.Condition(
+            c.READY, True, c.ALL_BROKERS_READY, f"{ready}/{desired} brokers ready"
+        )
+    else:
+        ready_cond = c.Condition(
+            c.READY, False, c.BROKERS_NOT_READY, f"{ready}/{desired} brokers ready"
+        )
+    if blocked:
+        reconciling = c.Condition(c.RECONCILING, True, c.SCALE_DOWN_BLOCKED, blocked)
+    elif not all_ready:
+        reconciling = c.Condition(
+            c.RECONCILING, True, c.SCALING, f"{ready}/{desired} brokers ready"
+        )
+    else:
+        reconciling = c.Condition(c.RECONCILING, False, c.RECONCILED)
+    if unreachable:
+        degraded = c.Condition(
+            c.DEGRADED,
+            True,
+            c.BROKER_UNREACHABLE,
+            "admin API not answering: " + ", ".join(unreachable),
+        )
+    elif blocked:
+        degraded = c.Condition(c.DEGRADED, True, c.SCALE_DOWN_BLOCKED, blocked)
+    else:
+        degraded = c.Condition(c.DEGRADED, False, c.AS_EXPECTED)
+    return [ready_cond, reconciling, degraded]
