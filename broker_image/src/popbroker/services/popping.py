@@ -21,10 +21,11 @@ One attempt, as numbered steps (DESIGN §3.2, fact sheet §1.3-§1.5):
      returns nothing from that queue.
   4. FIFO: skip a blocked queue (remember when it unblocks), pop from the
      committed offset, record the batch in the queue's order info.
-  5. Unlock; after the last queue, append every ``WRITE_NOW`` checkpoint in one
-     store call and mark them durable (acks merged meanwhile follow as one ack
-     record). A failed append leaves them in the buffer, due at once: the flush
-     loop retries, and the committed offset waits for them.
+  5. Unlock; after the last queue — also when a read failed or the receive was
+     cancelled — append every ``WRITE_NOW`` checkpoint in one store call and
+     mark them durable (acks merged meanwhile follow as one ack record). A
+     failed append leaves them in the buffer, due at once: the flush loop
+     retries, and the committed offset waits for them.
 
 Self-healing reads (fact sheet §1.4): a pop offset below the queue's minimum
 (retention) skips to the minimum through a just-offset entry; one beyond the
@@ -35,6 +36,7 @@ Callers: :mod:`popbroker.services.receiving`.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -120,23 +122,30 @@ class Popper:
             random_percent=state.rng.randrange(100),
             fifo=request.fifo,
         )
-        for visit in visits:
-            if planning.remaining_batch(request.max_messages, len(attempt.delivered)) == 0:
-                attempt.rest_num += 1  # unknown backlog; enough to wake another poller
-                break
-            key = QueueKey(visit.topic, request.group, visit.queue_id)
-            token = state.locks.try_lock(key)
-            if token is None:
-                attempt.rest_num += 1
-                continue
-            try:
-                if request.fifo:
-                    await self._visit_fifo(attempt, key)
-                else:
-                    await self._visit(attempt, key, is_retry=visit.is_retry)
-            finally:
-                state.locks.unlock(key, token)
-        await self._write_now(attempt.write_now)
+        try:
+            for visit in visits:
+                if planning.remaining_batch(request.max_messages, len(attempt.delivered)) == 0:
+                    attempt.rest_num += 1  # unknown backlog; enough to wake another poller
+                    break
+                key = QueueKey(visit.topic, request.group, visit.queue_id)
+                token = state.locks.try_lock(key)
+                if token is None:
+                    attempt.rest_num += 1
+                    continue
+                try:
+                    if request.fifo:
+                        await self._visit_fifo(attempt, key)
+                    else:
+                        await self._visit(attempt, key, is_retry=visit.is_retry)
+                finally:
+                    state.locks.unlock(key, token)
+        finally:
+            # Step 5 runs even when a later read failed or the client gave up (the
+            # handler is cancelled): a WRITE_NOW checkpoint left unresolved would hold
+            # its queue's committed offset back for good. Shielded, so a cancellation
+            # interrupts only the wait, never the append and its bookkeeping.
+            if attempt.write_now:
+                await asyncio.shield(asyncio.ensure_future(self._write_now(attempt.write_now)))
         return PopOutcome(
             messages=tuple(attempt.delivered),
             rest_num=attempt.rest_num,
