@@ -12,6 +12,7 @@ from typing import Any
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from popbroker.grpc.protocol import Code, MessagingServiceStub, definition, service
 from tests.integration.broker.conftest import GROUP, TOPIC
@@ -159,3 +160,13 @@ async def test_unknown_route_and_client_id(stub: Any) -> None:
     assert ok.status.code == Code.OK  # still serving after all of the above
     assert {q.broker.id for q in ok.message_queues} == {0}
     assert len(ok.message_queues) == 4
+
+
+async def test_endpoint_reports_health(shared_broker: BrokerProcess) -> None:
+    async with grpc.aio.insecure_channel(shared_broker.endpoint) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service_name in ("", "apache.rocketmq.v2.MessagingService"):
+            reply = await health.Check(
+                health_pb2.HealthCheckRequest(service=service_name), timeout=10
+            )
+            assert reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -1,7 +1,8 @@
 """Serving the v2 endpoint, and the three roles' lifecycles.
 
   * :class:`PopackEndpoint` — the popack services behind a ``grpc.aio`` server
-    on ``HOST:PORT`` (port 0 picks a free one; :attr:`PopackEndpoint.port`).
+    on ``HOST:PORT`` (port 0 picks a free one; :attr:`PopackEndpoint.port`),
+    with ``grpc.health.v1`` (SERVING while it serves) for kubelet probes.
   * :func:`run_popack`, :func:`run_revive`, :func:`run_all` — what the CLI
     roles run until SIGTERM/SIGINT: ``popack`` and ``revive`` against a store
     role on a Unix socket, ``all`` with an in-process ``LocalStore`` and, with
@@ -24,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from popbroker.admin import popstate as admin_popstate
 from popbroker.admin import server as admin_server
@@ -50,6 +52,7 @@ from popbroker.store.wire.client import RemoteStore
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
+HEALTH_SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
 STORE_READY_TIMEOUT_S = 60.0
 
 
@@ -57,12 +60,28 @@ class PopackEndpoint:
     """The popack services served over gRPC."""
 
     def __init__(
-        self, services: PopackServices, server: grpc.aio.Server, port: int, advertised: Endpoint
+        self,
+        services: PopackServices,
+        server: grpc.aio.Server,
+        port: int,
+        advertised: Endpoint,
+        health_servicer: health.aio.HealthServicer,
     ) -> None:
         self.services = services
         self.server = server
         self.port = port
         self.advertised = advertised
+        self._health = health_servicer
+
+    async def set_serving(self, serving: bool) -> None:
+        """``grpc.health.v1`` status of the endpoint (kubelet gRPC probes ask it)."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for name in ("", HEALTH_SERVICE_NAME):
+            await self._health.set(name, status)
 
     @classmethod
     async def start(
@@ -90,13 +109,18 @@ class PopackEndpoint:
             store, advertised=advertised, settings=base, clock=clock
         )
         add_servicer_to_server(MessagingServicer(services, advertised=advertised), server)
+        health_servicer = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
         services.start()
         await server.start()
+        endpoint = cls(services, server, port, advertised, health_servicer)
+        await endpoint.set_serving(True)
         log.info("popack serving apache.rocketmq.v2.MessagingService on %s:%d", host, port)
-        return cls(services, server, port, advertised)
+        return endpoint
 
     async def stop(self, *, grace_s: float = 2.0) -> None:
         """Stop serving (running calls get ``grace_s``), then drain the services."""
+        await self.set_serving(False)
         await self.server.stop(grace_s)
         await self.services.stop()
 
