@@ -122,6 +122,7 @@ async def broker(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Broker]:
         await store.put_topic(TopicConfig("mixed", 1, 1, message_type=MessageType.MIXED))
         await store.put_group(GroupConfig(GROUP, max_reconsume_times=2))
         await store.put_group(GroupConfig("fifo-group", fifo=True))
+        await store.put_group(GroupConfig("fifo-strict", fifo=True, max_reconsume_times=1))
         popack = await PopackServices.open(
             store,
             advertised=Endpoint("127.0.0.1", 8081),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from popbroker.pop import retrytopics
 from popbroker.services.messages import MessageKind
 from tests.unit.services.conftest import Broker
 
@@ -40,3 +41,20 @@ async def test_one_message_group_keeps_one_queue(broker: Broker) -> None:
     ]
     assert len({r.queue_id for r in receipts}) == 1
     assert [r.queue_offset for r in receipts] == sorted(r.queue_offset for r in receipts)
+
+
+async def test_fifo_message_past_the_maximum_goes_to_the_dlq_once(broker: Broker) -> None:
+    for body in (b"poison", b"next"):
+        await broker.send(body, topic=FIFO_TOPIC, kind=MessageKind.FIFO, message_group="g2")
+    attempts: list[tuple[bytes, int]] = []
+    for _ in range(2):  # max_reconsume_times = 1: two deliveries
+        got = await broker.receive(
+            topic=FIFO_TOPIC, group="fifo-strict", batch=1, invisible_ms=5_000
+        )
+        attempts.extend((m.stored.body, m.delivery_attempt) for m in got)
+        broker.clock.advance(5_000)
+    assert attempts == [(b"poison", 1), (b"poison", 2)]
+    (following,) = await broker.receive(topic=FIFO_TOPIC, group="fifo-strict", batch=1)
+    assert following.stored.body == b"next"
+    dlq = await broker.store.read(retrytopics.dlq_topic("fifo-strict"), 0, 0, max_count=10)
+    assert [(m.body, m.reconsume_times) for m in dlq.messages] == [(b"poison", 2)]

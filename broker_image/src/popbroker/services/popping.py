@@ -20,7 +20,9 @@ One attempt, as numbered steps (DESIGN §3.2, fact sheet §1.3-§1.5):
      offset passes the filtered range in order. ``REJECTED`` (buffer full)
      returns nothing from that queue.
   4. FIFO: skip a blocked queue (remember when it unblocks), pop from the
-     committed offset, record the batch in the queue's order info.
+     committed offset, record the batch in the queue's order info; a message
+     already delivered ``max_reconsume_times + 1`` times goes to the DLQ and is
+     acked instead of delivered (4b, :meth:`Popper._dead_letter_fifo`).
   5. Unlock; after the last queue — also when a read failed or the receive was
      cancelled — append every ``WRITE_NOW`` checkpoint in one store call and
      mark them durable (acks merged meanwhile follow as one ack record). A
@@ -40,18 +42,20 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 
-from popbroker.pop import checkpoints, orderinfo, receipts
+from popbroker.pop import checkpoints, orderinfo, receipts, retrytopics
 from popbroker.pop import popping as planning
 from popbroker.pop.checkpointbuffer import Admission
 from popbroker.pop.checkpoints import Checkpoint, QueueKey
-from popbroker.services import revivelog
+from popbroker.services import messages, revivelog
 from popbroker.services.messages import DeliveredMessage
 from popbroker.services.popstate import PopState
 from popbroker.services.settings import PopackSettings
-from popbroker.store.api import ReadResult, ReadStatus, StoreApi, StoredMessage
+from popbroker.store.api import MessageToAppend, ReadResult, ReadStatus, StoreApi, StoredMessage
 from popbroker.store.errors import StoreError, UnknownTopic
 
 log = logging.getLogger(__name__)
+
+FIFO_DEAD_LETTER_ROUNDS = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,7 @@ class PopRequest:
     tag_filter: str = "*"
     fifo: bool = False
     attempt_id: str | None = None
+    max_reconsume_times: int = retrytopics.DEFAULT_MAX_RECONSUME_TIMES  # FIFO dead letters
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +246,15 @@ class Popper:
     # -- FIFO queues -------------------------------------------------------------------------
 
     async def _visit_fifo(self, attempt: _Attempt, key: QueueKey) -> None:
+        # A batch made only of dead letters delivers nothing but moves the queue on:
+        # read again (bounded) so the receive is not answered empty while the next
+        # message waits.
+        for _ in range(FIFO_DEAD_LETTER_ROUNDS):
+            if not await self._visit_fifo_once(attempt, key):
+                return
+
+    async def _visit_fifo_once(self, attempt: _Attempt, key: QueueKey) -> bool:
+        """One FIFO read of the queue; True when only dead letters were read (read again)."""
         state = self._state
         request = attempt.request
         info = state.order_infos.get(key)
@@ -250,10 +264,10 @@ class Popper:
                 attempt.retry_at_ms is None or unblock < attempt.retry_at_ms
             ):
                 attempt.retry_at_ms = unblock
-            return
+            return False
         start = await self._committed_or_init(key)
         if start is None:
-            return
+            return False
         result = await self._read(attempt, key, start)
         if result.status in (ReadStatus.OFFSET_TOO_SMALL, ReadStatus.OFFSET_OVERFLOW_BADLY):
             state.order_infos.pop(key, None)
@@ -268,7 +282,7 @@ class Popper:
                 await self._store.commit_offset(
                     key.group, key.topic, key.queue_id, result.next_queue_offset
                 )
-            return
+            return False
         info = orderinfo.on_pop(
             info,
             queue_offsets=tuple(m.queue_offset for m in result.messages),
@@ -277,7 +291,8 @@ class Popper:
             attempt_id=request.attempt_id,
         )
         state.order_infos[key] = info
-        for message in result.messages:
+        live = await self._dead_letter_fifo(attempt, key, info, result.messages, start=start)
+        for message in live:
             attempt.delivered.append(
                 self._delivered(
                     attempt,
@@ -289,6 +304,68 @@ class Popper:
                     + 1,
                 )
             )
+        return not live
+
+    async def _dead_letter_fifo(
+        self,
+        attempt: _Attempt,
+        key: QueueKey,
+        info: orderinfo.OrderInfo,
+        read: tuple[StoredMessage, ...],
+        *,
+        start: int,
+    ) -> list[StoredMessage]:
+        """Step 4b: past the group's maximum, a FIFO message goes to the DLQ, not the client.
+
+        FIFO messages are redelivered from their own queue, never revived, so the
+        check happens here (as the proxy's pop filter does, fact sheet §6.6): a
+        message already delivered ``max_reconsume_times + 1`` times is copied to
+        ``%DLQ%<group>`` and acked in the order info, which moves the queue on.
+        """
+        limit = attempt.request.max_reconsume_times
+        dead = [
+            m
+            for m in read
+            if orderinfo.reconsume_times(info, m.queue_offset) + m.reconsume_times > limit
+        ]
+        if not dead:
+            return list(read)
+        await self._store.append(
+            [
+                MessageToAppend(
+                    topic=retrytopics.dlq_topic(key.group),
+                    queue_id=0,
+                    body=m.body,
+                    properties={
+                        **m.properties,
+                        messages.PROPERTY_ORIGIN_TOPIC: key.topic,
+                    },
+                    born_timestamp_ms=m.born_timestamp_ms,
+                    born_host=m.born_host,
+                    reconsume_times=orderinfo.reconsume_times(info, m.queue_offset)
+                    + m.reconsume_times,
+                    flags=m.flags,
+                )
+                for m in dead
+            ]
+        )
+        committed = start
+        for message in dead:
+            acked = orderinfo.on_ack(
+                info,
+                queue_offset=message.queue_offset,
+                pop_time_ms=attempt.pop_time_ms,
+                committed_queue_offset=committed,
+            )
+            if acked.info is not None:
+                info = acked.info
+            if acked.next_committed_queue_offset is not None:
+                committed = max(committed, acked.next_committed_queue_offset)
+        self._state.order_infos[key] = info
+        if committed > start:
+            await self._store.commit_offset(key.group, key.topic, key.queue_id, committed)
+        dead_offsets = {m.queue_offset for m in dead}
+        return [m for m in read if m.queue_offset not in dead_offsets]
 
     # -- helpers -----------------------------------------------------------------------------
 

@@ -143,4 +143,5 @@ class Receiver:
             tag_filter=request.filter_expression.strip() or "*",
             fifo=group.fifo,
             attempt_id=request.attempt_id,
+            max_reconsume_times=group.max_reconsume_times,
         )
