@@ -57,3 +57,17 @@ async def test_revive_progress_is_persisted_past_resolved_records(broker: Broker
         assert worker.ledger.stats().pending == 0
         assert worker.persisted_offset == worker.ledger.scanned_end
     assert await broker.receive() == []
+
+
+async def test_only_the_unacked_messages_of_a_batch_come_back(broker: Broker) -> None:
+    for i in range(10):
+        await broker.send(f"m{i}".encode())
+    got = await broker.receive(invisible_ms=5_000)
+    assert len(got) == 10
+    for message in got:
+        if int(message.stored.body[1:]) % 2 == 0:
+            await broker.ack(message)
+    await _expire(broker, 5_000)
+    again = await broker.receive()
+    assert sorted(m.stored.body for m in again) == [f"m{i}".encode() for i in (1, 3, 5, 7, 9)]
+    assert {m.delivery_attempt for m in again} == {2}

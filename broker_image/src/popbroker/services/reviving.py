@@ -13,7 +13,9 @@ drives a :class:`~popbroker.pop.reviving.ReviveLedger` (CKs and ACKs) and a
      appended before it has been seen, so ``ledger.due(t0)`` cannot revive a
      CK whose ack is already in the log (the ledger adds a grace for acks
      still on their way through popack).
-  3. For each due task read every un-acked message back
+  3. For each due task read every un-acked message back — in one read when
+     the task's offsets lie within ``MAX_REVIVE_READ_SPAN``, else (and for any
+     offset that read missed) one by one
      (:func:`~popbroker.pop.reviving.verify_revive_read`: a message the
      retention removed or a re-created topic no longer has is skipped, never
      retried forever) and append copies to the group's retry topic with
@@ -53,6 +55,8 @@ from popbroker.store.api import MessageToAppend, ReadStatus, StoreApi, StoredMes
 from popbroker.store.errors import StoreError
 
 log = logging.getLogger(__name__)
+
+MAX_REVIVE_READ_SPAN = 1024  # the store's largest read
 
 
 @dataclass(frozen=True, slots=True)
@@ -219,8 +223,9 @@ class ReviveQueueWorker:
         done: list[int] = []
         failed: list[int] = []
         dead = 0
+        found = await self._read_span(ck.topic, ck.queue_id, task.queue_offsets, topic_exists)
         for queue_offset in task.queue_offsets:
-            verdict, message = await self._read_back(
+            verdict, message = found.get(queue_offset) or await self._read_back(
                 ck.topic, ck.queue_id, queue_offset, topic_exists
             )
             if verdict is ReadVerdict.RETRY_LATER:
@@ -253,6 +258,34 @@ class ReviveQueueWorker:
             return None
         self.ledger.complete(task)
         return len(copies) - dead, dead
+
+    async def _read_span(
+        self, topic: str, queue_id: int, queue_offsets: tuple[int, ...], topic_exists: bool
+    ) -> dict[int, tuple[ReadVerdict, StoredMessage | None]]:
+        """The task's messages in one read when they lie close together (the usual case).
+
+        Offsets the read does not return (removed, beyond max, a gap) are left out:
+        the caller judges those one by one with :meth:`_read_back`.
+        """
+        if not topic_exists or not queue_offsets:
+            return {}
+        first, last = queue_offsets[0], queue_offsets[-1]
+        span = last - first + 1
+        if span > MAX_REVIVE_READ_SPAN:
+            return {}
+        result = await self._store.read(topic, queue_id, first, max_count=span, max_scan=span)
+        wanted = set(queue_offsets)
+        found: dict[int, tuple[ReadVerdict, StoredMessage | None]] = {}
+        for message in result.messages:
+            if message.queue_offset in wanted:
+                verdict = verify_revive_read(
+                    expected_queue_offset=message.queue_offset,
+                    min_queue_offset=result.min_queue_offset,
+                    max_queue_offset=result.max_queue_offset,
+                    read_queue_offset=message.queue_offset,
+                )
+                found[message.queue_offset] = (verdict, message)
+        return found
 
     async def _read_back(
         self, topic: str, queue_id: int, queue_offset: int, topic_exists: bool
