@@ -11,3 +11,20 @@ test-operator: $(STAMP) testbed-bin ## operator unit + testbed tests (CRDs, char
 
 operator-run: $(STAMP) ## run the operator locally against $$KUBECONFIG (e.g. after testbed-up)
 	POPFLEET_RESYNC_INTERVAL_S=5 $(PY) -m popfleet_operator
+
+# The chart's CRDs are generated from crds/ (the single source) and drift-checked.
+CHART_CRDS := charts/popfleet/templates/crds
+
+.PHONY: crds-chart drift-crds
+
+crds-chart: $(STAMP) ## regenerate the chart's templated CRDs from crds/
+	$(PY) operator/scripts/chart_crds.py $(CHART_CRDS)
+
+drift: drift-crds
+
+drift-crds: $(STAMP)
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	$(PY) operator/scripts/chart_crds.py "$$tmp"; \
+	if ! diff -ru "$(CHART_CRDS)" "$$tmp"; then \
+	  echo "drift: $(CHART_CRDS) differs from crds/; run 'make crds-chart'" >&2; exit 1; fi; \
+	echo "drift: chart CRDs match crds/"

@@ -28,6 +28,7 @@ def main() -> int:
         level=os.environ.get("POPFLEET_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # liveness probes
     # Importing the handler modules registers them with kopf.
     from popfleet_operator.handlers import (  # noqa: PLC0415, F401
         clusters,

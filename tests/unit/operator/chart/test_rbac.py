@@ -1,0 +1,51 @@
+"""templates/rbac.yaml: least privilege, cluster-wide or per watched namespace."""
+
+from __future__ import annotations
+
+from tests.unit.operator.chart.rendering import by_kind, one, render
+
+
+def verbs(rules: list[dict[str, list[str]]], group: str, resource: str) -> set[str]:
+    return {
+        verb
+        for rule in rules
+        if group in rule["apiGroups"] and resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
+
+
+def test_namespaced_rules_are_exactly_what_the_operator_uses() -> None:
+    rules = one(render(), "ClusterRole", "rel-popfleet")["rules"]
+    assert verbs(rules, "popfleet.io", "topics") == {"get", "list", "watch", "patch"}
+    assert verbs(rules, "popfleet.io", "topics/status") == {"get", "patch"}
+    assert verbs(rules, "", "pods") == {"get", "list", "watch"}
+    assert verbs(rules, "", "secrets") == {"get"}
+    assert verbs(rules, "apps", "statefulsets") == {"get", "create", "patch"}
+    for rule in rules:
+        assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+        assert "delete" not in rule["verbs"]
+
+
+def test_cluster_wide_by_default() -> None:
+    docs = render()
+    bindings = {b["metadata"]["name"] for b in by_kind(docs, "ClusterRoleBinding")}
+    assert bindings == {"rel-popfleet", "rel-popfleet-cluster"}
+    assert not by_kind(docs, "RoleBinding")
+    cluster_rules = one(docs, "ClusterRole", "rel-popfleet-cluster")["rules"]
+    assert verbs(cluster_rules, "apiextensions.k8s.io", "customresourcedefinitions") == {
+        "get",
+        "list",
+        "watch",
+    }
+
+
+def test_watched_namespaces_get_role_bindings() -> None:
+    docs = render("operator.watchNamespaces={team-a,team-b}")
+    bindings = by_kind(docs, "RoleBinding")
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
+    assert {b["metadata"]["name"] for b in by_kind(docs, "ClusterRoleBinding")} == {
+        "rel-popfleet-cluster"
+    }
+    peerings = by_kind(docs, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+    assert not by_kind(docs, "ClusterKopfPeering")
