@@ -92,3 +92,16 @@ async def test_one_arrival_wakes_one_waiter_per_group() -> None:
         assert polling.notify_arrival("t") == 0  # both already have a wake-up pending
         assert await first.wait(0.01)
         assert polling.notify_arrival("t") == 1
+
+
+async def test_an_arrival_wakes_the_pollers_of_its_queue_not_another_queue() -> None:
+    polling = LongPolling()
+    with (
+        polling.register("t", "g", 1) as on_queue_1,
+        polling.register("t", "g", 3) as on_queue_3,
+        polling.register("t", "g") as on_all,
+    ):
+        assert polling.notify_arrival("t", 3) == 2
+        assert [on_queue_1.woken, on_queue_3.woken, on_all.woken] == [False, True, True]
+        assert polling.notify_arrival("%RETRY%g+t", 0) == 1  # the only key left un-woken
+        assert on_queue_1.woken

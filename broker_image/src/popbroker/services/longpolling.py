@@ -12,11 +12,14 @@ Rules:
   2. At most ``max_parked`` waiters exist at once; one more raises
      :class:`~popbroker.services.errors.TooManyRequests` (``TOO_MANY_REQUESTS``
      on the wire, as the proxy's ``POLLING_FULL``).
-  3. Wake-ups (:meth:`LongPolling.notify_arrival`): an arrival on topic ``t``
-     wakes, in every group waiting on ``t``, the oldest waiter not woken yet
-     (one message wakes one poller per group, not a herd); an arrival on the
-     retry topic ``%RETRY%g+t`` does the same for group ``g`` on ``t``
-     (revived messages wake their consumers); system topics wake nobody. A
+  3. Wake-ups (:meth:`LongPolling.notify_arrival`): an arrival on queue *q*
+     of topic ``t`` wakes, for every group waiting on ``t``, the oldest
+     waiter not woken yet among those popping all queues and among those
+     popping exactly *q* (a push consumer's assigned queue) — one message
+     wakes one poller per key, not a herd, and never only a poller of another
+     queue; an arrival on the retry topic ``%RETRY%g+t`` wakes one poller per
+     key of group ``g`` on ``t`` (every pop reads the retry topic too);
+     system topics wake nobody. A
      receive that handed out messages and saw more behind them wakes the next
      waiter of its key (:meth:`LongPolling.notify`), so a backlog is drained
      by all pollers.
@@ -39,7 +42,8 @@ from popbroker.store.api import StoreApi
 
 log = logging.getLogger(__name__)
 
-_Key = tuple[str, str]  # (topic, group)
+_Key = tuple[str, str, int]  # (topic, group, queue id or ALL_QUEUES)
+ALL_QUEUES = -1
 
 
 class Waiter:
@@ -87,7 +91,7 @@ class LongPolling:
     def __init__(self, *, max_parked: int = 10_000) -> None:
         self._max_parked = max_parked
         self._waiters: dict[_Key, dict[Waiter, None]] = {}  # insertion order = park order
-        self._groups_by_topic: dict[str, set[str]] = {}
+        self._keys_by_topic: dict[str, set[tuple[str, int]]] = {}  # topic -> {(group, queue)}
         self._parked = 0
 
     @property
@@ -95,14 +99,18 @@ class LongPolling:
         """How many receives are parked."""
         return self._parked
 
-    def register(self, topic: str, group: str) -> Waiter:
-        """Register a waiter for ``(topic, group)`` (rule 1); raises TooManyRequests when full."""
+    def register(self, topic: str, group: str, queue_id: int = ALL_QUEUES) -> Waiter:
+        """Register a waiter (rule 1); raises TooManyRequests when full.
+
+        ``queue_id`` is the one queue the receive pops (a push consumer's
+        assigned queue), or ``ALL_QUEUES``.
+        """
         if self._parked >= self._max_parked:
             raise errors.TooManyRequests(f"{self._parked} receives are already parked")
-        key = (topic, group)
+        key = (topic, group, queue_id)
         waiter = Waiter(self, key)
         self._waiters.setdefault(key, {})[waiter] = None
-        self._groups_by_topic.setdefault(topic, set()).add(group)
+        self._keys_by_topic.setdefault(topic, set()).add((group, queue_id))
         self._parked += 1
         return waiter
 
@@ -114,19 +122,37 @@ class LongPolling:
         self._parked -= 1
         if not waiters:
             del self._waiters[key]
-            groups = self._groups_by_topic.get(key[0])
-            if groups is not None:
-                groups.discard(key[1])
-                if not groups:
-                    del self._groups_by_topic[key[0]]
+            keys = self._keys_by_topic.get(key[0])
+            if keys is not None:
+                keys.discard((key[1], key[2]))
+                if not keys:
+                    del self._keys_by_topic[key[0]]
 
-    def notify(self, topic: str, group: str, *, all_waiters: bool = False) -> int:
-        """Wake the oldest not-yet-woken waiter of ``(topic, group)`` (or all); how many."""
-        waiters = self._waiters.get((topic, group))
-        if not waiters:
-            return 0
+    def notify(
+        self,
+        topic: str,
+        group: str,
+        queue_id: int | None = None,
+        *,
+        all_waiters: bool = False,
+    ) -> int:
+        """Wake, per matching key, the oldest not-yet-woken waiter (or all); returns how many.
+
+        ``queue_id`` None matches every waiter of the group on the topic; a queue id
+        matches the waiters of that queue and those of all queues.
+        """
         woken = 0
-        for waiter in waiters:
+        for waiter_group, waiter_queue in list(self._keys_by_topic.get(topic, ())):
+            if waiter_group != group:
+                continue
+            if queue_id is not None and waiter_queue not in (ALL_QUEUES, queue_id):
+                continue
+            woken += self._wake((topic, waiter_group, waiter_queue), all_waiters=all_waiters)
+        return woken
+
+    def _wake(self, key: _Key, *, all_waiters: bool) -> int:
+        woken = 0
+        for waiter in self._waiters.get(key, ()):
             if waiter.woken and not all_waiters:
                 continue
             waiter.wake()
@@ -135,28 +161,27 @@ class LongPolling:
                 break
         return woken
 
-    def notify_topic(self, topic: str) -> int:
-        """Wake one waiter in every group waiting on ``topic``."""
-        return sum(
-            self.notify(topic, group) for group in list(self._groups_by_topic.get(topic, ()))
-        )
+    def notify_topic(self, topic: str, queue_id: int | None = None) -> int:
+        """Wake one waiter per (group, queue) waiting on ``topic`` (on ``queue_id``)."""
+        groups = {group for group, _ in self._keys_by_topic.get(topic, ())}
+        return sum(self.notify(topic, group, queue_id) for group in groups)
 
-    def notify_arrival(self, topic: str) -> int:
-        """Rule 3: wake whoever an arrival on ``topic`` concerns."""
+    def notify_arrival(self, topic: str, queue_id: int | None = None) -> int:
+        """Rule 3: wake whoever an arrival on ``topic`` (queue ``queue_id``) concerns."""
         parsed = names.parse_retry_topic(topic)
         if parsed is not None:
             group, original = parsed
-            return self.notify(original, group)
+            return self.notify(original, group)  # every pop of the group reads its retry topic
         if names.is_system_topic(topic):
             return 0
-        return self.notify_topic(topic)
+        return self.notify_topic(topic, queue_id)
 
     async def pump(self, store: StoreApi) -> None:
         """Feed store arrivals into :meth:`notify_arrival` until cancelled."""
         stream = store.arrivals()
         try:
             async for arrival in stream:
-                self.notify_arrival(arrival.topic)
+                self.notify_arrival(arrival.topic, arrival.queue_id)
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:

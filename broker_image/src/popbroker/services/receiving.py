@@ -83,7 +83,9 @@ class Receiver:
         deadline = loop.time() + poll_ms / 1000
         waiter: Waiter | None = None
         if poll_ms > 0:
-            waiter = self._polling.register(request.topic, request.group)
+            waiter = self._polling.register(
+                pop_request.topic, pop_request.group, pop_request.queue_id
+            )
         with waiter if waiter is not None else contextlib.nullcontext():
             while True:
                 outcome = await self._popper.pop(pop_request)
@@ -97,7 +99,7 @@ class Receiver:
                     remaining_s = min(remaining_s, max(until_unblock_s, 0.005))
                 await waiter.wait(remaining_s)
         if outcome.messages and outcome.rest_num > 0:
-            self._polling.notify(request.topic, request.group, all_waiters=False)
+            self._polling.notify(pop_request.topic, pop_request.group, pop_request.queue_id)
         return outcome.messages
 
     def poll_budget_ms(self, request: ReceiveRequest) -> int:
