@@ -1,6 +1,7 @@
 """The CRDs in crds/ on a real kube-apiserver: examples accepted, bad examples refused readably.
 
-Each file in ``crds/bad_examples/`` says on an ``# expect:`` line a piece of the message the
+The CRDs come from the Helm release (the chart's copy of crds/). Each file in
+``crds/bad_examples/`` says on an ``# expect:`` line a piece of the message the
 apiserver must answer; the transition rules (queues never shrink, clusterRef immutable) are
 checked with patches of an accepted example.
 """
@@ -28,9 +29,9 @@ def expectation(path: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def crds_installed(testbed: cluster.Cluster) -> cluster.Cluster:
-    testbed.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
-    testbed.kubectl(
+def crds_installed(popfleet_release: cluster.Cluster) -> cluster.Cluster:
+    """The CRDs as the chart installed them (generated from crds/, drift-checked)."""
+    popfleet_release.kubectl(
         "wait",
         "--for=condition=Established",
         "crd",
@@ -38,7 +39,7 @@ def crds_installed(testbed: cluster.Cluster) -> cluster.Cluster:
         "app.kubernetes.io/part-of=popfleet",
         "--timeout=60s",
     )
-    return testbed
+    return popfleet_release
 
 
 def test_every_example_is_accepted(crds_installed: cluster.Cluster, testbed_namespace: str) -> None:

@@ -6,7 +6,7 @@ from popfleet_api import models
 from popfleet_api.testing import InMemoryBrokerAdmin
 from popfleet_operator.clients import fanout
 from popfleet_operator.model import specs
-from popfleet_operator.model.observations import BrokerPod
+from popfleet_operator.model.observations import BrokerOutcome, BrokerPod
 from popfleet_operator.status import conditions as c
 from popfleet_operator.status import fanout as fanout_status
 
@@ -168,3 +168,17 @@ async def test_observe_and_push_members(brokers: dict[str, InMemoryBrokerAdmin])
     calls = len(brokers["demo-1"].calls)
     await fanout.push_members(brokers, members)
     assert brokers["demo-1"].calls[calls:] == ["members"]
+
+
+def test_a_broker_without_pod_keeps_its_last_epoch() -> None:
+    outcomes = [
+        BrokerOutcome("demo-0", synced=True, config_epoch="a"),
+    ]
+    previous = [{"name": "demo-1", "configEpoch": "old"}, {"name": "demo-0", "configEpoch": "a"}]
+    filled = fanout_status.with_missing(outcomes, ("demo-0", "demo-1"), previous)
+    assert [(o.broker, o.synced, o.config_epoch) for o in filled] == [
+        ("demo-0", True, "a"),
+        ("demo-1", False, "old"),
+    ]
+    domain = fanout_status.fanout_conditions(c.TOPIC_SYNCED, filled, ("demo-0", "demo-1"))[0]
+    assert domain.reason == c.PENDING_BROKERS

@@ -104,8 +104,9 @@ def report(
     expected: Sequence[str],
 ) -> list[c.Condition]:
     ref = specs.ObjectRef.from_body(kind.name, body)
-    conditions = fanout_status.fanout_conditions(kind.domain, outcomes, expected)
     previous = (body.get("status") or {}).get("brokers") or []
+    outcomes = fanout_status.with_missing(outcomes, expected, previous)
+    conditions = fanout_status.fanout_conditions(kind.domain, outcomes, expected)
     for broker, old, new in runtime.epoch_changes(
         previous, {o.broker: o.config_epoch for o in outcomes}
     ):

@@ -8,11 +8,31 @@ the ones still pending (no pod yet, or written this round and not yet confirmed)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from popfleet_operator.model.observations import BrokerOutcome
 from popfleet_operator.status import conditions as c
+
+
+def with_missing(
+    outcomes: Sequence[BrokerOutcome],
+    expected: Sequence[str],
+    previous: Sequence[Mapping[str, Any]],
+) -> list[BrokerOutcome]:
+    """Outcomes plus a pending entry for each expected broker that had no pod this round.
+
+    The entry keeps the broker's last known config epoch, so that when the pod comes back
+    with an empty volume the change is still noticed (and reported as re-applied).
+    """
+    seen = {o.broker for o in outcomes}
+    epochs = {str(p.get("name")): str(p.get("configEpoch", "")) for p in previous}
+    missing = [
+        BrokerOutcome(b, synced=False, config_epoch=epochs.get(b, ""))
+        for b in expected
+        if b not in seen
+    ]
+    return sorted([*outcomes, *missing], key=lambda o: o.broker)
 
 
 def synced_text(outcomes: Sequence[BrokerOutcome], expected: Sequence[str]) -> str:

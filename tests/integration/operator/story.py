@@ -1,0 +1,102 @@
+"""Helpers for the operator's testbed tests: CR access, conditions, broker read-back.
+
+Brokers are dialled on their pod IPs (loopback in the testbed), never on Service addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from popfleet_api.client import BrokerAdmin
+from popfleet_testbed import cluster, kube, processes, waiting
+
+RESYNC_S = 2
+ADMIN_PORT = 9877
+CRDS = Path(__file__).resolve().parents[3] / "crds"
+Obj = dict[str, Any]
+T = TypeVar("T")
+
+
+def path(namespace: str, plural: str, name: str = "") -> str:
+    return kube.ns_path(namespace, plural, name, group="popfleet.io/v1alpha1")
+
+
+def get(tb: cluster.Cluster, namespace: str, plural: str, name: str) -> Obj | None:
+    return tb.admin.get_or_none(path(namespace, plural, name))
+
+
+def patch_spec(tb: cluster.Cluster, namespace: str, plural: str, name: str, spec: Obj) -> None:
+    tb.admin.patch(path(namespace, plural, name), {"spec": spec}, content_type=kube.MERGE)
+
+
+def condition(obj: Obj | None, type_: str) -> Obj:
+    for found in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if found["type"] == type_:
+            return dict(found)
+    return {}
+
+
+def wait_condition(
+    tb: cluster.Cluster,
+    namespace: str,
+    plural: str,
+    name: str,
+    type_: str,
+    *,
+    status: str = "True",
+    reason: str | None = None,
+    timeout_s: float = 90,
+    also: Callable[[Obj], bool] = lambda _: True,
+) -> Obj:
+    """Wait until the condition has ``status`` (and ``reason``) for the current generation."""
+
+    def check() -> Obj | None:
+        obj = get(tb, namespace, plural, name)
+        if obj is None:
+            return None
+        found = condition(obj, type_)
+        current = found.get("observedGeneration") == obj["metadata"]["generation"]
+        if found.get("status") != status or not current:
+            return None
+        if reason is not None and found.get("reason") != reason:
+            return None
+        return obj if also(obj) else None
+
+    return waiting.until(
+        check, timeout_s=timeout_s, what=f"{plural}/{name} {type_}={status} {reason or ''}"
+    )
+
+
+def broker_pods(tb: cluster.Cluster, namespace: str, cluster_name: str) -> list[Obj]:
+    pods = tb.pods(namespace, f"popfleet.io/cluster={cluster_name}")
+    return sorted(
+        (p for p in pods if not p["metadata"].get("deletionTimestamp")),
+        key=lambda p: p["metadata"]["name"],
+    )
+
+
+def on_broker(pod: Obj, call: Callable[[BrokerAdmin], Awaitable[T]]) -> T:
+    """Run one admin call against ``pod``'s admin port (its loopback pod IP)."""
+    endpoint = f"{cluster.Cluster.pod_ip(pod)}:{ADMIN_PORT}"
+
+    async def run() -> T:
+        async with BrokerAdmin(endpoint, timeout_s=5) as admin:
+            return await call(admin)
+
+    return asyncio.run(run())
+
+
+def container_process(tb: cluster.Cluster, pod: Obj, container: str) -> processes.Recorded:
+    recorded = processes.read_pid_file(tb.pod_dir(pod) / "containers" / f"{container}.pid")
+    assert recorded is not None and processes.alive(recorded)
+    return recorded
+
+
+def freeze(recorded: processes.Recorded, *, frozen: bool) -> None:
+    """SIGSTOP/SIGCONT a container process the test's own testbed started."""
+    os.kill(recorded.pid, signal.SIGSTOP if frozen else signal.SIGCONT)

@@ -1,0 +1,233 @@
+"""The user story of DESIGN §1 on the testbed, against the chart-installed operator.
+
+One BrokerCluster for the module (brokers take seconds to start), steps in order:
+3 brokers Ready -> a Topic on all 3 -> a group PULL -> POP on all 3 -> a broker whose
+volume was wiped gets its modes back -> scale 3 -> 4 replays everything -> a frozen broker
+makes the Topic Degraded, then it recovers -> deletion with Retain and with Delete.
+Every test checks that the operator logged no unexpected error or traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from popfleet_api import models
+from popfleet_testbed import cluster, waiting
+from tests.integration.operator import story
+
+pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("operator_log_clean")]
+
+CLUSTER = "demo"
+
+
+def brokers_cr(replicas: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "popfleet.io/v1alpha1",
+        "kind": "BrokerCluster",
+        "metadata": {"name": CLUSTER},
+        "spec": {"brokers": replicas, "storage": {"size": "64Mi"}},
+    }
+
+
+def topic_cr(name: str, *, policy: str = "Retain") -> dict[str, Any]:
+    return {
+        "apiVersion": "popfleet.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": name},
+        "spec": {"clusterRef": {"name": CLUSTER}, "queues": 4, "deletionPolicy": policy},
+    }
+
+
+def group_cr(name: str, topic: str, *, policy: str = "Retain") -> dict[str, Any]:
+    return {
+        "apiVersion": "popfleet.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": {"name": CLUSTER},
+            "topics": [{"name": topic}],
+            "consumeMode": "PULL",
+            "deletionPolicy": policy,
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def ns(popfleet_release: cluster.Cluster) -> Iterator[str]:
+    name = popfleet_release.new_namespace("story")
+    popfleet_release.apply(name, brokers_cr(3), topic_cr("orders"), group_cr("billing", "orders"))
+    yield name
+    popfleet_release.delete_namespace(name)
+
+
+def modes(pod: dict[str, Any], group: str = "billing") -> list[tuple[str, str, int, bool]]:
+    settings = story.on_broker(pod, lambda admin: admin.consume_modes(group))
+    return [(s.topic, s.mode.value, s.pop_share_queue_num, s.explicitly_set) for s in settings]
+
+
+def test_cluster_becomes_ready_with_three_brokers(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    bc = story.wait_condition(popfleet_release, ns, "brokerclusters", CLUSTER, "Ready")
+    status = bc["status"]
+    assert status["readyBrokers"] == 3 and status["brokersReady"] == "3/3"
+    assert [b["name"] for b in status["brokers"]] == ["demo-0", "demo-1", "demo-2"]
+    for broker in status["brokers"]:
+        assert broker["ready"] and broker["endpoint"].startswith("127.") and broker["configEpoch"]
+    pods = story.broker_pods(popfleet_release, ns, CLUSTER)
+    assert [c["name"] for c in pods[0]["spec"]["containers"]] == ["store", "popack", "revive"]
+    members = story.on_broker(pods[0], lambda admin: admin.members())
+    assert [(m.broker_name, m.endpoint) for m in members] == [
+        (b["name"], b["endpoint"]) for b in status["brokers"]
+    ]
+    listing = popfleet_release.kubectl("get", "bc", "-n", ns)
+    assert "True" in listing and "3/3" in listing
+
+
+def test_topic_is_read_back_on_every_broker(popfleet_release: cluster.Cluster, ns: str) -> None:
+    topic = story.wait_condition(popfleet_release, ns, "topics", "orders", "TopicSynced")
+    assert topic["status"]["syncedBrokers"] == "3/3"
+    assert story.condition(topic, "Ready")["status"] == "True"
+    for pod in story.broker_pods(popfleet_release, ns, CLUSTER):
+        topics = story.on_broker(pod, lambda admin: admin.topics())
+        assert [(t.name, t.read_queue_nums, t.write_queue_nums) for t in topics] == [
+            ("orders", 4, 4)
+        ]
+
+
+def test_group_switches_from_pull_to_pop_everywhere(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    story.wait_condition(popfleet_release, ns, "consumergroups", "billing", "ModeApplied")
+    for pod in story.broker_pods(popfleet_release, ns, CLUSTER):
+        assert modes(pod) == [("orders", "PULL", 0, True)]
+    story.patch_spec(
+        popfleet_release,
+        ns,
+        "consumergroups",
+        "billing",
+        {"consumeMode": "POP", "popShareQueueNum": 1},
+    )
+    group = story.wait_condition(popfleet_release, ns, "consumergroups", "billing", "ModeApplied")
+    assert [
+        (b["mode"], b["popShareQueueNum"], b["synced"]) for b in group["status"]["brokers"]
+    ] == [("POP", 1, True)] * 3
+    for pod in story.broker_pods(popfleet_release, ns, CLUSTER):
+        assert modes(pod) == [("orders", "POP", 1, True)]
+    listing = popfleet_release.kubectl("get", "cg", "-n", ns)
+    assert "POP" in listing and "3/3" in listing
+
+
+def test_broker_with_wiped_volume_gets_topics_groups_and_modes_back(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    before = story.get(popfleet_release, ns, "consumergroups", "billing")
+    assert before is not None
+    old_epoch = before["status"]["brokers"][1]["configEpoch"]
+    popfleet_release.kubectl("delete", "pvc", "data-demo-1", "-n", ns, "--wait=false")
+    popfleet_release.kubectl("delete", "pod", "demo-1", "-n", ns)
+
+    def reapplied(obj: dict[str, Any]) -> bool:
+        entry = obj["status"]["brokers"][1]
+        return bool(
+            entry["configEpoch"] != old_epoch and entry["synced"] and entry["mode"] == "POP"
+        )
+
+    story.wait_condition(
+        popfleet_release, ns, "consumergroups", "billing", "ModeApplied", also=reapplied
+    )
+    pod = next(
+        p
+        for p in story.broker_pods(popfleet_release, ns, CLUSTER)
+        if p["metadata"]["name"] == "demo-1"
+    )
+    assert modes(pod) == [("orders", "POP", 1, True)]
+
+    def reapplied_event() -> bool:
+        events = popfleet_release.kubectl(
+            "get", "events", "-n", ns, "--field-selector", "reason=Reapplied"
+        )
+        return "demo-1" in events
+
+    waiting.until(reapplied_event, timeout_s=30, what="a Reapplied event naming demo-1")
+
+
+def test_scale_up_replays_every_topic_group_and_mode(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    story.patch_spec(popfleet_release, ns, "brokerclusters", CLUSTER, {"brokers": 4})
+    story.wait_condition(
+        popfleet_release,
+        ns,
+        "brokerclusters",
+        CLUSTER,
+        "Ready",
+        also=lambda bc: bc["status"]["readyBrokers"] == 4,
+    )
+    story.wait_condition(
+        popfleet_release,
+        ns,
+        "consumergroups",
+        "billing",
+        "ModeApplied",
+        also=lambda cg: cg["status"]["syncedBrokers"] == "4/4",
+    )
+    newest = story.broker_pods(popfleet_release, ns, CLUSTER)[-1]
+    assert newest["metadata"]["name"] == "demo-3"
+    assert [t.name for t in story.on_broker(newest, lambda admin: admin.topics())] == ["orders"]
+    assert modes(newest) == [("orders", "POP", 1, True)]
+
+    def four_members() -> bool:
+        pods = story.broker_pods(popfleet_release, ns, CLUSTER)
+        lists = [story.on_broker(p, lambda admin: admin.members()) for p in pods]
+        return all(len(members) == 4 for members in lists)
+
+    waiting.until(four_members, timeout_s=30, what="4 members on every broker")
+
+
+def test_unreachable_broker_degrades_then_recovers(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    pod = story.broker_pods(popfleet_release, ns, CLUSTER)[0]
+    store = story.container_process(popfleet_release, pod, "store")
+    story.freeze(store, frozen=True)
+    try:
+        topic = story.wait_condition(
+            popfleet_release, ns, "topics", "orders", "Degraded", reason="BrokerUnreachable"
+        )
+        assert "demo-0" in story.condition(topic, "Degraded")["message"]
+        assert story.condition(topic, "TopicSynced")["status"] == "False"
+    finally:
+        story.freeze(store, frozen=False)
+    story.wait_condition(popfleet_release, ns, "topics", "orders", "Degraded", status="False")
+    story.wait_condition(popfleet_release, ns, "topics", "orders", "TopicSynced")
+
+
+def test_deletion_retain_keeps_and_delete_removes(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    popfleet_release.apply(
+        ns,
+        topic_cr("audit-log", policy="Delete"),
+        group_cr("auditors", "audit-log", policy="Delete"),
+    )
+    story.wait_condition(
+        popfleet_release, ns, "consumergroups", "auditors", "ModeApplied", timeout_s=60
+    )
+    pod = story.broker_pods(popfleet_release, ns, CLUSTER)[0]
+
+    popfleet_release.kubectl("delete", "consumergroup", "auditors", "-n", ns, "--timeout=60s")
+    popfleet_release.kubectl("delete", "topic", "audit-log", "-n", ns, "--timeout=60s")
+    groups = story.on_broker(pod, lambda admin: admin.groups())
+    topics = story.on_broker(pod, lambda admin: admin.topics())
+    assert "auditors" not in [g.name for g in groups]
+    assert "audit-log" not in [t.name for t in topics]
+
+    popfleet_release.kubectl("delete", "consumergroup", "billing", "-n", ns, "--timeout=60s")
+    popfleet_release.kubectl("delete", "topic", "orders", "-n", ns, "--timeout=60s")
+    assert "billing" in [g.name for g in story.on_broker(pod, lambda admin: admin.groups())]
+    setting = story.on_broker(pod, lambda admin: admin.consume_mode("billing", "orders"))
+    assert setting.mode is models.ConsumeMode.POP
