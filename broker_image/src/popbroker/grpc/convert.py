@@ -21,10 +21,11 @@ from popbroker.grpc.protocol import Code, definition
 from popbroker.services import messages
 from popbroker.services.clients import ClientKind
 from popbroker.services.messages import DeliveredMessage, MessageKind, OutgoingMessage
+from popbroker.services.pulling import OffsetPolicy, PullRequest
 from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.routing import Endpoint, RouteQueue
 from popbroker.services.settings import PopackSettings
-from popbroker.store.api import GroupConfig, Permission
+from popbroker.store.api import GroupConfig, Permission, StoredMessage
 
 _KIND_TO_WIRE = {
     MessageKind.NORMAL: definition.NORMAL,
@@ -161,15 +162,55 @@ def delivered_message(delivered: DeliveredMessage, *, namespace: str, store_host
     delivery_ms = messages.delivery_timestamp_ms(properties)
     if delivery_ms is not None:
         set_timestamp_ms(system.delivery_timestamp, delivery_ms)
-    system.receipt_handle = delivered.receipt_handle
+    if delivered.receipt_handle:  # pulled messages have none
+        system.receipt_handle = delivered.receipt_handle
     system.queue_id = stored.queue_id
     system.queue_offset = stored.queue_offset
-    set_duration_ms(system.invisible_duration, delivered.invisible_ms)
+    if delivered.invisible_ms > 0:
+        set_duration_ms(system.invisible_duration, delivered.invisible_ms)
     system.delivery_attempt = delivered.delivery_attempt
     group = messages.message_group(properties)
     if group is not None:
         system.message_group = group
     return wire
+
+
+def pulled_message(stored: StoredMessage, *, topic: str, namespace: str, store_host: str) -> Any:
+    """A pulled message (no receipt handle, no invisible time) as the client's ``Message``."""
+    delivered = DeliveredMessage(
+        topic=topic,
+        stored=stored,
+        receipt_handle="",
+        delivery_attempt=stored.reconsume_times + 1,
+        invisible_ms=0,
+    )
+    return delivered_message(delivered, namespace=namespace, store_host=store_host)
+
+
+def pull_request(request: Any, *, deadline_remaining_ms: int | None) -> PullRequest:
+    """A ``PullMessageRequest`` as a service value."""
+    expression = request.filter_expression
+    return PullRequest(
+        group=request.group.name,
+        topic=request.message_queue.topic.name,
+        queue_id=request.message_queue.id,
+        queue_offset=request.offset,
+        batch_size=request.batch_size,
+        filter_expression=expression.expression or "*",
+        sql_filter=expression.type == definition.SQL,
+        poll_ms=(
+            duration_ms(request.long_polling_timeout)
+            if request.HasField("long_polling_timeout")
+            else None
+        ),
+        deadline_remaining_ms=deadline_remaining_ms,
+    )
+
+
+def offset_policy(policy: int) -> OffsetPolicy:
+    """Our name for a wire ``QueryOffsetPolicy``."""
+    name = definition.QueryOffsetPolicy.Name(policy)
+    return OffsetPolicy(name)
 
 
 def receive_request(

@@ -25,6 +25,9 @@ Per RPC:
   * AckMessage — per-entry results; ChangeInvisibleDuration — the new handle
     (the old one on failure, since the client stores whatever comes back);
     ForwardMessageToDeadLetterQueue; QueryAssignment.
+  * PullMessage (``status`` → messages → ``next_offset``), GetOffset,
+    UpdateOffset, QueryOffset — offset-based pulling for lite pull consumers
+    (:mod:`popbroker.services.pulling`).
 """
 
 # ruff: noqa: N802 -- servicer methods carry the gRPC method names (QueryRoute, ...)
@@ -272,6 +275,75 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
                 receipt_handle=request.receipt_handle,
             )
         return service.ChangeInvisibleDurationResponse(status=convert.ok(), receipt_handle=handle)
+
+    # -- offset-based pulling (lite pull consumers) --------------------------------------------
+
+    async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        remaining_s = context.time_remaining()
+        try:
+            result = await self._services.puller.pull(
+                convert.pull_request(
+                    request,
+                    deadline_remaining_ms=None if remaining_s is None else int(remaining_s * 1000),
+                )
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            yield service.PullMessageResponse(status=_failure(exc, "PullMessage"))
+            return
+        if result.messages:
+            yield service.PullMessageResponse(status=convert.ok())
+            namespace = request.message_queue.topic.resource_namespace
+            for stored in result.messages:
+                yield service.PullMessageResponse(
+                    message=convert.pulled_message(
+                        stored,
+                        topic=request.message_queue.topic.name,
+                        namespace=namespace,
+                        store_host=self._store_host,
+                    )
+                )
+        else:
+            yield service.PullMessageResponse(
+                status=convert.status(Code.MESSAGE_NOT_FOUND, "no new message")
+            )
+        yield service.PullMessageResponse(next_offset=result.next_queue_offset)
+
+    async def GetOffset(self, request: Any, context: Any) -> Any:
+        queue = request.message_queue
+        try:
+            offset = await self._services.puller.get_offset(
+                request.group.name, queue.topic.name, queue.id
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.GetOffsetResponse(status=_failure(exc, "GetOffset"))
+        return service.GetOffsetResponse(status=convert.ok(), offset=offset)
+
+    async def UpdateOffset(self, request: Any, context: Any) -> Any:
+        queue = request.message_queue
+        try:
+            await self._services.puller.update_offset(
+                request.group.name, queue.topic.name, queue.id, request.offset
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.UpdateOffsetResponse(status=_failure(exc, "UpdateOffset"))
+        return service.UpdateOffsetResponse(status=convert.ok())
+
+    async def QueryOffset(self, request: Any, context: Any) -> Any:
+        queue = request.message_queue
+        try:
+            offset = await self._services.puller.query_offset(
+                queue.topic.name,
+                queue.id,
+                policy=convert.offset_policy(request.query_offset_policy),
+                timestamp_ms=(
+                    convert.timestamp_ms(request.timestamp)
+                    if request.HasField("timestamp")
+                    else None
+                ),
+            )
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            return service.QueryOffsetResponse(status=_failure(exc, "QueryOffset"))
+        return service.QueryOffsetResponse(status=convert.ok(), offset=offset)
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
         try:

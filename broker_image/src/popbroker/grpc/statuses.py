@@ -51,6 +51,8 @@ TABLE: dict[type[BaseException], int] = {
     service_errors.IllegalDeliveryTime: Code.ILLEGAL_DELIVERY_TIME,
     service_errors.PropertiesTooLarge: Code.MESSAGE_PROPERTIES_TOO_LARGE,
     service_errors.MessageCorrupted: Code.MESSAGE_CORRUPTED,
+    service_errors.OffsetNotFound: Code.OFFSET_NOT_FOUND,
+    service_errors.IllegalOffset: Code.ILLEGAL_OFFSET,
     service_errors.TooManyRequests: Code.TOO_MANY_REQUESTS,
     service_errors.Unsupported: Code.UNSUPPORTED,
     service_errors.ClientIdRequired: Code.CLIENT_ID_REQUIRED,

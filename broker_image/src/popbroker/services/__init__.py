@@ -19,6 +19,7 @@ Modules:
   * :mod:`~popbroker.services.acking` — ack, change invisible time, forward to DLQ.
   * :mod:`~popbroker.services.longpolling` — parked receives, woken by arrivals.
   * :mod:`~popbroker.services.sending` — validation, queue choice, idempotent sends.
+  * :mod:`~popbroker.services.pulling` — offset-based pulls and offsets (lite pull consumers).
   * :mod:`~popbroker.services.delaying` — DELAY messages held in the revive log.
   * :mod:`~popbroker.services.reviving` — the revive role's loop.
   * :mod:`~popbroker.services.clients` — live clients per group.

@@ -69,6 +69,14 @@ class MessageCorrupted(ServiceError):
     """A request carries no message, or messages for several topics."""
 
 
+class OffsetNotFound(ServiceError):
+    """The group has no committed offset on the queue."""
+
+
+class IllegalOffset(ServiceError):
+    """A queue offset outside what the queue can hold (negative, beyond max)."""
+
+
 class TooManyRequests(ServiceError):
     """Too many parked receives (long polling is full); try again later."""
 

@@ -28,6 +28,7 @@ from popbroker.services.flushing import CheckpointFlusher
 from popbroker.services.longpolling import LongPolling
 from popbroker.services.popping import Popper
 from popbroker.services.popstate import PopState, QueueLockTable
+from popbroker.services.pulling import Puller
 from popbroker.services.receiving import Receiver
 from popbroker.services.routing import Endpoint, Router
 from popbroker.services.sending import Sender
@@ -73,6 +74,9 @@ class PopackServices:
             on_unblocked=self.polling.notify,
         )
         self.sender = Sender(store=store, config=self.config, settings=settings, clock=clock)
+        self.puller = Puller(
+            store=store, config=self.config, polling=self.polling, settings=settings
+        )
         self.flusher = CheckpointFlusher(store=store, state=self.state, settings=settings)
         self.clients = ClientRegistry(clock=clock, expiry_ms=settings.client_expiry_ms)
         self.router = Router(

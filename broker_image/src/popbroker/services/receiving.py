@@ -59,6 +59,17 @@ class ReceiveRequest:
     attempt_id: str | None = None
 
 
+def poll_budget_ms(
+    settings: PopackSettings, *, poll_ms: int | None, deadline_remaining_ms: int | None
+) -> int:
+    """How long a receive or pull may park (step 3; also used by pulling)."""
+    budget = settings.max_long_polling_ms if poll_ms is None else poll_ms
+    budget = min(budget, settings.max_long_polling_ms)
+    if deadline_remaining_ms is not None:
+        budget = min(budget, deadline_remaining_ms - settings.long_polling_margin_ms)
+    return max(0, budget)
+
+
 class Receiver:
     """Receives for one popack role (see the module docstring)."""
 
@@ -104,12 +115,11 @@ class Receiver:
 
     def poll_budget_ms(self, request: ReceiveRequest) -> int:
         """Step 3."""
-        settings = self._settings
-        poll_ms = settings.max_long_polling_ms if request.poll_ms is None else request.poll_ms
-        poll_ms = min(poll_ms, settings.max_long_polling_ms)
-        if request.deadline_remaining_ms is not None:
-            poll_ms = min(poll_ms, request.deadline_remaining_ms - settings.long_polling_margin_ms)
-        return max(0, poll_ms)
+        return poll_budget_ms(
+            self._settings,
+            poll_ms=request.poll_ms,
+            deadline_remaining_ms=request.deadline_remaining_ms,
+        )
 
     async def _validate(self, request: ReceiveRequest) -> PopRequest:
         batch = planning.validate_batch_size(request.batch_size)
