@@ -9,7 +9,12 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bench.store_throughput", "bench.store_wire", "bench.pop_peers"]
+BENCHMARKS = [
+    "bench.store_throughput",
+    "bench.store_wire",
+    "bench.pop_peers",
+    "bench.operator_convergence",
+]
 
 
 def main() -> int:

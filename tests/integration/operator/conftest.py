@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from popfleet_testbed import cluster
+from popfleet_testbed import cluster, waiting
 from popfleet_testbed.fixtures import testbed, testbed_namespace
 from tests.integration.operator import story
 
@@ -27,11 +27,18 @@ EXPECTED_ERRORS = re.compile(
     r"failed temporarily"  # a TemporaryError: a retry with back-off, by design
     r"|storage is \(re\)initializing"  # the apiserver warming a new CRD's watch cache
     r"|is being terminated|namespaces \"[^\"]+\" not found"  # Events into a namespace going away
+    r"|failed permanently: spec\."  # an InvalidSpec, reported as a condition (tested on purpose)
 )
 
 
-@pytest.fixture(scope="session")
-def popfleet_release(testbed: cluster.Cluster) -> cluster.Cluster:
+@pytest.fixture(scope="package")
+def popfleet_release(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
+    """The chart installed for this package's tests, and gone (with every pod) after them.
+
+    Package scope, not session: other test trees start their own testbed later in the same
+    session, and pod IPs (127.0.1.x) are handed out per testbed, so pods left running here
+    could hold a port at the address the next testbed gives one of its pods.
+    """
     testbed.helm(
         "upgrade",
         "--install",
@@ -49,7 +56,18 @@ def popfleet_release(testbed: cluster.Cluster) -> cluster.Cluster:
         "120s",
         timeout_s=180,
     )
-    return testbed
+    yield testbed
+    # With the operator still running, so that finalizers are honoured (Retain by default).
+    testbed.kubectl(
+        "delete", "consumergroups,topics,brokerclusters", "--all", "-A", "--timeout=120s",
+        timeout_s=150,
+    )  # fmt: skip
+    testbed.helm("uninstall", "popfleet", "-n", RELEASE_NAMESPACE, "--wait", timeout_s=120)
+    waiting.until(
+        lambda: not testbed.admin.items("/api/v1/pods"),
+        timeout_s=120,
+        what="every pod of the operator tests gone",
+    )
 
 
 def operator_log(testbed: cluster.Cluster) -> str:

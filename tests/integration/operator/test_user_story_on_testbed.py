@@ -206,6 +206,56 @@ def test_unreachable_broker_degrades_then_recovers(
     story.wait_condition(popfleet_release, ns, "topics", "orders", "TopicSynced")
 
 
+def test_second_claim_on_a_topic_conflicts_and_touches_nothing(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    duplicate = topic_cr("orders-again")
+    duplicate["spec"].update(topicName="orders", queues=16)
+    popfleet_release.apply(ns, duplicate)
+    loser = story.wait_condition(
+        popfleet_release, ns, "topics", "orders-again", "Ready", status="False",
+        reason="ResourceConflict",
+    )  # fmt: skip
+    assert "'orders'" in story.condition(loser, "Ready")["message"]
+    pod = story.broker_pods(popfleet_release, ns, CLUSTER)[0]
+    topics = story.on_broker(pod, lambda admin: admin.topics())
+    assert [(t.name, t.write_queue_nums) for t in topics] == [("orders", 4)]
+    popfleet_release.kubectl("delete", "topic", "orders-again", "-n", ns, "--timeout=60s")
+    assert (
+        story.condition(story.get(popfleet_release, ns, "topics", "orders"), "Ready")["status"]
+        == "True"
+    )
+
+
+def test_paused_topic_waits_and_resumes(popfleet_release: cluster.Cluster, ns: str) -> None:
+    popfleet_release.kubectl("annotate", "topic", "orders", "-n", ns, "popfleet.io/paused=true")
+    story.patch_spec(popfleet_release, ns, "topics", "orders", {"queues": 6})
+    story.wait_condition(
+        popfleet_release, ns, "topics", "orders", "Reconciling", status="False",
+        reason="ReconciliationPaused",
+    )  # fmt: skip
+    pod = story.broker_pods(popfleet_release, ns, CLUSTER)[0]
+    assert story.on_broker(pod, lambda admin: admin.topics())[0].write_queue_nums == 4
+    popfleet_release.kubectl("annotate", "topic", "orders", "-n", ns, "popfleet.io/paused-")
+    story.wait_condition(popfleet_release, ns, "topics", "orders", "TopicSynced")
+    for pod in story.broker_pods(popfleet_release, ns, CLUSTER):
+        assert story.on_broker(pod, lambda admin: admin.topics())[0].write_queue_nums == 6
+
+
+def test_invalid_spec_is_a_permanent_condition(popfleet_release: cluster.Cluster, ns: str) -> None:
+    broken = brokers_cr(1)
+    broken["metadata"]["name"] = "broken"
+    broken["spec"]["resources"] = {"store": {"requests": {"cpu": "lots"}}}
+    popfleet_release.apply(ns, broken)
+    bc = story.wait_condition(
+        popfleet_release, ns, "brokerclusters", "broken", "Ready", status="False",
+        reason="InvalidSpec",
+    )  # fmt: skip
+    assert "spec.resources.store.requests.cpu" in story.condition(bc, "Ready")["message"]
+    assert not story.broker_pods(popfleet_release, ns, "broken")
+    popfleet_release.kubectl("delete", "bc", "broken", "-n", ns, "--timeout=60s")
+
+
 def test_deletion_retain_keeps_and_delete_removes(
     popfleet_release: cluster.Cluster, ns: str
 ) -> None:

@@ -49,3 +49,23 @@ def test_scale_down_blocked_says_why() -> None:
     assert (reconciling.reason, reconciling.message) == (c.SCALE_DOWN_BLOCKED, "waits: broker 2")
     assert degraded.reason == c.SCALE_DOWN_BLOCKED
     assert clusters.ready_count(infos, desired=2) == 2
+
+
+def test_fingerprint_changes_when_brokers_that_matter_change() -> None:
+    entries = clusters.broker_entries([info(0), info(1)])
+    same = clusters.fingerprint(list(reversed(entries)))
+    assert clusters.fingerprint(entries) == same
+    restarted = clusters.broker_entries([info(0), info(1, reachable=False)])
+    assert clusters.fingerprint(restarted) != same
+    emptied = [dict(entries[0]), {**entries[1], "configEpoch": "new"}]
+    assert clusters.fingerprint(emptied) != same
+    assert clusters.fingerprint([{**entries[0], "lastError": "x"}, entries[1]]) == same
+
+
+def test_pods_fingerprint_sees_ip_readiness_and_leaving() -> None:
+    pods = [BrokerPod("demo-0", 0, "127.0.1.2", ready=True)]
+    base = clusters.pods_fingerprint(pods)
+    assert clusters.pods_fingerprint([BrokerPod("demo-0", 0, "127.0.1.2", ready=True)]) == base
+    assert clusters.pods_fingerprint([BrokerPod("demo-0", 0, "127.0.1.9", ready=True)]) != base
+    assert clusters.pods_fingerprint([BrokerPod("demo-0", 0, "127.0.1.2", ready=False)]) != base
+    assert clusters.pods_fingerprint([]) != base

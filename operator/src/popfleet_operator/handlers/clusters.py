@@ -93,16 +93,41 @@ def report(
         kopf.warn(body, reason=c.SCALE_DOWN_BLOCKED, message=plan.blocked)
     if conditions[0].status and not c.is_true(old_conditions, c.READY):
         kopf.event(body, type="Normal", reason=c.ALL_BROKERS_READY, message=conditions[0].message)
+    entries = cluster_status.broker_entries(with_errors)
     runtime.write_status(
         patch,
         body,
         conditions,
         readyBrokers=ready,
         brokersReady=f"{ready}/{spec.brokers}",
-        brokers=cluster_status.broker_entries(with_errors),
+        brokers=entries,
     )
     metrics.READY_BROKERS.labels(ref.namespace, ref.name).set(ready)
     return conditions
+
+
+async def poke_dependents(rt: runtime.Runtime, body: kopf.Body, entries: list[Any]) -> None:
+    """Brokers changed: annotate this cluster's Topics and ConsumerGroups so they re-apply now.
+
+    The annotation's value is the brokers' fingerprint; a change of it is an update event
+    for kopf, so their change handlers run at once (the resync timer stays the safety net).
+    """
+    previous = (body.get("status") or {}).get("brokers") or []
+    new = cluster_status.fingerprint(entries)
+    if new == cluster_status.fingerprint(previous):
+        return
+    ref = specs.ObjectRef.from_body(KIND, body)
+    for kind in ("Topic", "ConsumerGroup"):
+        url = kube_client.path(names.API_VERSION, kind, ref.namespace)
+        for item in await rt.kube.items(url):
+            if (item.get("spec") or {}).get("clusterRef", {}).get("name") != ref.name:
+                continue
+            if item["metadata"].get("deletionTimestamp"):
+                continue
+            await rt.kube.patch_merge(
+                f"{url}/{item['metadata']['name']}",
+                {"metadata": {"annotations": {names.BROKERS: new}}},
+            )
 
 
 async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Condition]:
@@ -143,9 +168,11 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
     member_errors = await fanout.push_members(
         reachable, membership.desired_members(members_pods, replicas=plan.replicas)
     )
-    return report(
+    conditions = report(
         body=body, patch=patch, spec=spec, infos=infos, plan=plan, member_errors=member_errors
     )
+    await poke_dependents(rt, body, patch.status["brokers"])
+    return conditions
 
 
 async def _run(
@@ -155,6 +182,11 @@ async def _run(
         async with runtime.lock(memo):
             try:
                 conditions = await reconcile(body, patch, memo)
+            except kopf.PermanentError:
+                metrics.RECONCILES.labels(KIND, "failed").inc()
+                if retry is None:
+                    return  # a timer tick: the condition already says what is wrong
+                raise
             except errors.KubeError as exc:
                 metrics.RECONCILES.labels(KIND, "retry").inc()
                 if retry is None:
@@ -165,6 +197,31 @@ async def _run(
     metrics.RECONCILES.labels(KIND, "degraded" if degraded else "ok").inc()
     if degraded is not None and retry is not None:
         raise kopf.TemporaryError(degraded.message, delay=backoff.delay_s(retry))
+
+
+@kopf.on.event(
+    "",
+    "v1",
+    "pods",
+    labels={names.LABEL_CLUSTER: kopf.PRESENT, names.LABEL_MANAGED_BY: names.OPERATOR_APP},
+)
+async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+    """A broker pod came, went, moved or changed readiness: wake its BrokerCluster now.
+
+    The cluster carries its pods' fingerprint in an annotation; changing it is an update
+    event, so the cluster's change handler runs (members pushed, status, dependents poked)
+    without waiting for the resync timer. Pod events that change nothing that matters
+    (most of them) cost one list and one get, and write nothing.
+    """
+    rt = runtime.get(memo)
+    cluster, ns = labels[names.LABEL_CLUSTER], namespace or ""
+    url = kube_client.path(names.API_VERSION, KIND, ns, cluster)
+    body = await rt.kube.get_or_none(url)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    value = cluster_status.pods_fingerprint(await runtime.broker_pods(rt.kube, ns, cluster))
+    if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
+        await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
 
 
 @kopf.on.resume(names.GROUP, names.VERSION, "brokerclusters")

@@ -214,6 +214,11 @@ async def run(
                 conditions = await reconcile(
                     kind, body=body, patch=patch, memo=memo, index=index, parse=parse
                 )
+            except kopf.PermanentError:
+                metrics.RECONCILES.labels(kind.name, "failed").inc()
+                if retry is None:
+                    return  # a timer tick: the condition already says what is wrong
+                raise
             except errors.KubeError as exc:
                 metrics.RECONCILES.labels(kind.name, "retry").inc()
                 if retry is None:

@@ -1,7 +1,9 @@
 """kopf configuration and the operator's start-up and clean-up.
 
-* progress and the last-handled spec live in ``popfleet.io/*`` annotations, not in
-  ``status.kopf`` (our structural status schema would prune it);
+* progress and the last-handled spec live in ``kopf.popfleet.io/*`` annotations, not in
+  ``status.kopf`` (our structural status schema would prune it). kopf leaves annotations
+  under its own prefix out of the diff, so it must not be ``popfleet.io``: the pause,
+  managed and wake-up annotations there have to count as changes;
 * the finalizer is ``popfleet.io/finalizer`` (Topics and ConsumerGroups only);
 * handler log lines are not all posted as Events (only warnings); the reconcilers post
   their own Events for transitions;
@@ -23,6 +25,7 @@ from popfleet_operator.clients.brokers import BrokerPool, connect_grpc
 from popfleet_operator.handlers import runtime
 
 log = logging.getLogger(__name__)
+KOPF_PREFIX = "kopf.popfleet.io"
 
 
 def _metrics_listen() -> tuple[str, int] | None:
@@ -44,9 +47,9 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     settings.persistence.finalizer = "popfleet.io/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="popfleet.io")
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix="popfleet.io", key="last-handled-configuration"
+        prefix=KOPF_PREFIX, key="last-handled-configuration"
     )
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
@@ -55,8 +58,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
     listen = _metrics_listen()
     if listen:
-        start_http_server(listen[1], addr=listen[0])
-        log.info("metrics on %s:%d", *listen)
+        try:
+            start_http_server(listen[1], addr=listen[0])
+            log.info("metrics on %s:%d", *listen)
+        except OSError as exc:  # metrics are not worth a crash loop; the log says why
+            log.warning("metrics: cannot listen on %s:%d: %s", *listen, exc)
     memo["runtime"] = runtime.Runtime(
         kube=await kube_client.Kube.connect(),
         pool=BrokerPool(connect_grpc(runtime.ADMIN_TIMEOUT_S)),

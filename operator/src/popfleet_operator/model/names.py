@@ -46,6 +46,8 @@ AUDIT_ROLE_LABEL = f"{GROUP}/role"
 PAUSED = f"{GROUP}/paused"  # "true": leave brokers and children alone, say so in status
 MANAGED = f"{GROUP}/managed"  # "false": never touch the brokers for this object, even on delete
 CONFIG_HASH = f"{GROUP}/config-hash"  # on the pod template: rolls the pods on a settings change
+BROKERS = f"{GROUP}/brokers"  # set by the operator on Topics/ConsumerGroups: brokers changed
+PODS = f"{GROUP}/pods"  # set by the operator on a BrokerCluster: its pods changed
 
 
 def statefulset(cluster: str) -> str:

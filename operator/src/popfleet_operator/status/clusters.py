@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from popfleet_operator.model import names
-from popfleet_operator.model.observations import BrokerInfo
+from popfleet_operator.model.observations import BrokerInfo, BrokerPod
 from popfleet_operator.status import conditions as c
 
 
@@ -70,3 +72,24 @@ def cluster_conditions(
     else:
         degraded = c.Condition(c.DEGRADED, False, c.AS_EXPECTED)
     return [ready_cond, reconciling, degraded]
+
+
+def fingerprint(entries: Sequence[Mapping[str, Any]]) -> str:
+    """What Topics and ConsumerGroups depend on: which brokers are up, where, at what epoch.
+
+    When it changes (a broker became ready, moved, came back empty, joined or left), the
+    cluster reconciler pokes every Topic and ConsumerGroup of the cluster so they re-apply
+    at once instead of at their next resync.
+    """
+    key = sorted(
+        (str(e.get("name")), str(e.get("endpoint", "")), str(e.get("configEpoch", "")))
+        for e in entries
+        if e.get("ready")
+    )
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+
+
+def pods_fingerprint(pods: Sequence[BrokerPod]) -> str:
+    """The broker pods as far as the cluster reconciler cares: name, IP, ready, leaving."""
+    key = sorted((p.name, p.pod_ip or "", p.ready, p.terminating) for p in pods)
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
