@@ -3,7 +3,8 @@
 Why: operator, chart and user-story tests need a *real* Kubernetes API (admission, RBAC,
 garbage collection, StatefulSet and Job controllers, scheduling) and no Docker exists here.
 Everything listens on 127.0.0.1 on free ports; nothing is ever sent to the pod/service
-addresses the cluster invents (pods get 127.0.1.x, services 10.96.0.0/16 which nothing dials).
+addresses the cluster invents (pods get 127.<b>.x.y with <b> per testbed, services
+10.96.0.0/16 which nothing dials).
 
 Run directory layout (``Layout``)::
 

@@ -12,7 +12,7 @@ Loop (every ``TICK_S``, single-threaded; probes run on a small thread pool):
 3. list pods with ``spec.nodeName=<node>`` and sync each (``_sync``):
    a. deletion requested → SIGTERM every container, SIGKILL after the grace period, then
       delete the pod object with grace 0 (uid precondition) and clean up;
-   b. new → allocate a loopback pod IP (127.0.1.2 upwards), materialise volumes;
+   b. new → allocate a loopback pod IP (127.<b>.1.2 upwards, <b> per testbed), materialise volumes;
    c. start/restart containers (``runtime``), run probes, patch status when it changed;
 4. pods that vanished from the list (force-deleted) are killed at once.
 
@@ -32,6 +32,7 @@ import signal
 import sys
 import threading
 import time
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,9 @@ class Kubelet:
         )
         self.ca_pem = (layout.pki / "ca.crt").read_bytes()
         self.pods: dict[str, runtime.PodRun] = {}
+        # Pod IPs live in 127.<b>.0.0/16 with <b> derived from this testbed's state directory, so
+        # two testbeds on one host (a developer's and a CI run) never hand out the same address.
+        self.ip_second_octet = 16 + zlib.crc32(str(self.state).encode()) % 239
         self.pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="probe")
         self.stopping = threading.Event()
         self.images = images.table()
@@ -186,7 +190,7 @@ class Kubelet:
         used = {pr.ip for pr in self.pods.values()}
         for third in range(1, 255):
             for fourth in range(2, 255):
-                ip = f"127.0.{third}.{fourth}"
+                ip = f"127.{self.ip_second_octet}.{third}.{fourth}"
                 if ip not in used:
                     return ip
         raise errors.TestbedError("out of loopback pod IPs")

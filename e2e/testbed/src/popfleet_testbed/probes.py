@@ -6,7 +6,7 @@ are for. Handlers: ``grpc`` (``grpc.health.v1.Health/Check``, encoded by hand: t
 ``field 1 = service``; the response's ``field 1`` is the status, 1 = SERVING), ``httpGet``
 (2xx/3xx succeed), ``tcpSocket`` (connect succeeds), ``exec`` (exit 0 succeeds).
 
-Network rule: probes only ever connect to the pod's loopback IP (127.0.1.x). An ``httpGet.host``
+Network rule: probes only ever connect to the pod's loopback IP (127.<b>.x.y). An ``httpGet.host``
 or ``grpc`` target elsewhere is refused (the probe fails), never dialled.
 
 ``ProbeState`` applies Kubernetes' thresholds: ``initialDelaySeconds`` after container start,
