@@ -5,7 +5,8 @@ with status OK (fact sheet §1.1), so this test fails by its timeout if the
 endpoint ever stops answering settings. The 5.1.1 interpreter is
 ``$POPFLEET_ROCKETMQ_511_PYTHON`` or ``~/.cache/popfleet/rocketmq-5.1.1/bin/python``
 (``python -m venv ~/.cache/popfleet/rocketmq-5.1.1 && .../pip install
-rocketmq-python-client==5.1.1``); the test is skipped when it is absent.
+rocketmq-python-client==5.1.1``, done by ``make client-5.1.1``, a prerequisite of
+``make test``); the test fails when it is absent.
 """
 
 from __future__ import annotations
@@ -52,7 +53,10 @@ def test_client_version_starts_sends_and_receives(
     broker: BrokerProcess, version: str, python: Path | str
 ) -> None:
     if not Path(python).exists():
-        pytest.skip(f"no interpreter with rocketmq-python-client {version} at {python}")
+        pytest.fail(
+            f"no interpreter with rocketmq-python-client {version} at {python}; "
+            "`make client-5.1.1` (a prerequisite of `make test`) creates it"
+        )
     result = _probe(python, broker)
     assert result["version"] == version
     assert result["received"] == [result["sent"]]
