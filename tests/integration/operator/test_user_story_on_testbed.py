@@ -2,8 +2,9 @@
 
 One BrokerCluster for the module (brokers take seconds to start), steps in order:
 3 brokers Ready -> a Topic on all 3 -> a group PULL -> POP on all 3 -> a broker whose
-volume was wiped gets its modes back -> scale 3 -> 4 replays everything -> a frozen broker
-makes the Topic Degraded, then it recovers -> deletion with Retain and with Delete.
+volume was wiped gets its modes back -> scale 3 -> 4 replays everything -> 4 -> 3 with no
+backlog goes ahead -> a frozen broker makes the Topic Degraded, then it recovers -> a second
+claim conflicts -> pause -> an invalid spec -> deletion with Retain and with Delete.
 Every test checks that the operator logged no unexpected error or traceback.
 """
 
@@ -186,6 +187,29 @@ def test_scale_up_replays_every_topic_group_and_mode(
         return all(len(members) == 4 for members in lists)
 
     waiting.until(four_members, timeout_s=30, what="4 members on every broker")
+
+
+def test_scale_down_without_backlog_goes_ahead(popfleet_release: cluster.Cluster, ns: str) -> None:
+    story.patch_spec(popfleet_release, ns, "brokerclusters", CLUSTER, {"brokers": 3})
+    three = ["demo-0", "demo-1", "demo-2"]
+    bc = story.wait_condition(
+        popfleet_release, ns, "brokerclusters", CLUSTER, "Ready",
+        also=lambda bc: [b["name"] for b in bc["status"]["brokers"]] == three,
+    )  # fmt: skip
+    assert story.condition(bc, "Reconciling")["reason"] == "Reconciled"
+
+    def three_members_everywhere() -> bool:
+        pods = story.broker_pods(popfleet_release, ns, CLUSTER)
+        if len(pods) != 3:
+            return False
+        lists = [story.on_broker(p, lambda admin: admin.members()) for p in pods]
+        return all(len(members) == 3 for members in lists)
+
+    waiting.until(three_members_everywhere, timeout_s=60, what="3 members on the 3 brokers left")
+    story.wait_condition(
+        popfleet_release, ns, "consumergroups", "billing", "ModeApplied",
+        also=lambda cg: cg["status"]["syncedBrokers"] == "3/3",
+    )  # fmt: skip
 
 
 def test_unreachable_broker_degrades_then_recovers(
