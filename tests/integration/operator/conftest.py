@@ -35,9 +35,8 @@ EXPECTED_ERRORS = re.compile(
 def popfleet_release(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
     """The chart installed for this package's tests, and gone (with every pod) after them.
 
-    Package scope, not session: other test trees start their own testbed later in the same
-    session, and pod IPs (127.0.1.x) are handed out per testbed, so pods left running here
-    could hold a port at the address the next testbed gives one of its pods.
+    Package scope, not session: brokers and the operator should not keep running (and
+    using CPU and ports) while later test trees of the same session run.
     """
     testbed.helm(
         "upgrade",
