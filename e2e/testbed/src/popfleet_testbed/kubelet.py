@@ -311,14 +311,18 @@ class Kubelet:
             volumes.link_mounts(root, mounts)
             rewrite = volumes.rewriter(mounts)
             env = {k: rewrite(v) for k, v in env.items()}
+            # Rewrite only the words of the pod spec: the image table's entry point is a host
+            # path (e.g. <repo>/.venv/bin/popbroker) that may itself lie under a mount path
+            # such as /tmp when the repository is checked out there.
+            command = cr.spec.get("command")
+            args = cr.spec.get("args")
             argv = images.argv(
                 cr.spec.get("image", ""),
-                command=cr.spec.get("command"),
-                args=cr.spec.get("args"),
+                command=[rewrite(w) for w in command] if command else command,
+                args=[rewrite(w) for w in args] if args else args,
                 env=env,
                 images=self.images,
             )
-            argv = [rewrite(w) for w in argv]
             cwd = Path(rewrite(cr.spec["workingDir"])) if cr.spec.get("workingDir") else root
             cwd.mkdir(parents=True, exist_ok=True)
             cr.rewrite = rewrite
