@@ -49,7 +49,7 @@ test-unit: $(STAMP) ## unit tier only
 test-integration: $(STAMP) ## integration tier only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-bench: $(STAMP) ## run the benchmarks; JSON lands in bench/results/
+bench: $(STAMP) peer-servers ## run the benchmarks; JSON lands in bench/results/
 	$(PY) -m pip install --quiet -r requirements/bench.txt
 	$(PY) -m bench.run
 
