@@ -114,11 +114,12 @@ class _ArrivalListener:
         self.queue: asyncio.Queue[Arrival] = asyncio.Queue(ARRIVAL_BUFFER)
         self.dropped = 0
 
-    def offer(self, arrival: Arrival) -> None:
-        try:
-            self.queue.put_nowait(arrival)
-        except asyncio.QueueFull:
-            self.dropped += 1
+    def offer_many(self, arrivals: list[Arrival]) -> None:
+        for arrival in arrivals:
+            try:
+                self.queue.put_nowait(arrival)
+            except asyncio.QueueFull:
+                self.dropped += 1
 
 
 class ArrivalStream:
@@ -599,10 +600,11 @@ class LocalStore:
         done, self._pending = self._pending[:ready], self._pending[ready:]
         if done:
             self._dispatched_position = max(self._dispatched_position, done[-1].end)
-        for listener in list(self._listeners):
-            for item in done:
-                arrival = Arrival(item.topic, item.queue_id, item.queue_offset, item.tag_hash)
-                listener.loop.call_soon_threadsafe(listener.offer, arrival)
+        if done and self._listeners:
+            arrivals = [Arrival(i.topic, i.queue_id, i.queue_offset, i.tag_hash) for i in done]
+            for listener in list(self._listeners):
+                # one cross-thread hand-off per dispatched batch, not one per record
+                listener.loop.call_soon_threadsafe(listener.offer_many, arrivals)
         if failure is not None:
             self._last_error = str(failure)
             raise failure
