@@ -69,3 +69,12 @@ def test_pods_fingerprint_sees_ip_readiness_and_leaving() -> None:
     assert clusters.pods_fingerprint([BrokerPod("demo-0", 0, "127.0.1.9", ready=True)]) != base
     assert clusters.pods_fingerprint([BrokerPod("demo-0", 0, "127.0.1.2", ready=False)]) != base
     assert clusters.pods_fingerprint([]) != base
+
+
+def test_a_broker_that_said_nothing_keeps_its_last_epoch() -> None:
+    infos = [info(0), info(1, reachable=False)]
+    silent = BrokerInfo(infos[1].pod, reachable=False)
+    previous = [{"name": "demo-0", "configEpoch": "e0"}, {"name": "demo-1", "configEpoch": "e1"}]
+    entries = clusters.broker_entries([infos[0], silent], previous=previous)
+    assert [e.get("configEpoch") for e in entries] == ["e0", "e1"]
+    assert "configEpoch" not in clusters.broker_entries([silent])[0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from popfleet_api import models
 from popfleet_api.testing import InMemoryBrokerAdmin
 from popfleet_operator.clients import fanout
+from popfleet_operator.handlers import runtime
 from popfleet_operator.model import specs
 from popfleet_operator.model.observations import BrokerOutcome, BrokerPod
 from popfleet_operator.status import conditions as c
@@ -182,3 +183,17 @@ def test_a_broker_without_pod_keeps_its_last_epoch() -> None:
     ]
     domain = fanout_status.fanout_conditions(c.TOPIC_SYNCED, filled, ("demo-0", "demo-1"))[0]
     assert domain.reason == c.PENDING_BROKERS
+
+
+def test_an_unreachable_broker_keeps_its_last_epoch_so_a_wiped_one_is_noticed() -> None:
+    previous = [{"name": "demo-0", "configEpoch": "a"}, {"name": "demo-1", "configEpoch": "old"}]
+    restarting = [
+        BrokerOutcome("demo-0", synced=True, config_epoch="a"),
+        BrokerOutcome("demo-1", synced=False, reachable=False, error="UNAVAILABLE"),
+    ]
+    filled = fanout_status.with_missing(restarting, ("demo-0", "demo-1"), previous)
+    assert [o.config_epoch for o in filled] == ["a", "old"]
+    entries = fanout_status.broker_entries(filled, kind="Topic")
+    assert runtime.epoch_changes(previous, {e["name"]: e["configEpoch"] for e in entries}) == []
+    back = {"demo-0": "a", "demo-1": "new"}
+    assert runtime.epoch_changes(entries, back) == [("demo-1", "old", "new")]

@@ -23,7 +23,7 @@ from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime
 from popfleet_operator.model import names, specs
 from popfleet_operator.model.observations import BrokerInfo, BrokerPod
-from popfleet_operator.planning import backoff, membership, scaling
+from popfleet_operator.planning import membership, scaling
 from popfleet_operator.status import clusters as cluster_status
 from popfleet_operator.status import conditions as c
 
@@ -93,7 +93,7 @@ def report(
         kopf.warn(body, reason=c.SCALE_DOWN_BLOCKED, message=plan.blocked)
     if conditions[0].status and not c.is_true(old_conditions, c.READY):
         kopf.event(body, type="Normal", reason=c.ALL_BROKERS_READY, message=conditions[0].message)
-    entries = cluster_status.broker_entries(with_errors)
+    entries = cluster_status.broker_entries(with_errors, previous=previous)
     runtime.write_status(
         patch,
         body,
@@ -175,30 +175,6 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
     return conditions
 
 
-async def _run(
-    body: kopf.Body, patch: kopf.Patch, memo: Any, logger: kopf.Logger, retry: int | None
-) -> None:
-    with metrics.timed(KIND):
-        async with runtime.lock(memo):
-            try:
-                conditions = await reconcile(body, patch, memo)
-            except kopf.PermanentError:
-                metrics.RECONCILES.labels(KIND, "failed").inc()
-                if retry is None:
-                    return  # a timer tick: the condition already says what is wrong
-                raise
-            except errors.KubeError as exc:
-                metrics.RECONCILES.labels(KIND, "retry").inc()
-                if retry is None:
-                    logger.warning("resync: %s", exc.message)
-                    return
-                raise kopf.TemporaryError(exc.message, delay=backoff.delay_s(retry)) from exc
-    degraded = next((x for x in conditions if x.type == c.DEGRADED and x.status), None)
-    metrics.RECONCILES.labels(KIND, "degraded" if degraded else "ok").inc()
-    if degraded is not None and retry is not None:
-        raise kopf.TemporaryError(degraded.message, delay=backoff.delay_s(retry))
-
-
 @kopf.on.event(
     "",
     "v1",
@@ -235,11 +211,15 @@ async def changed(
     retry: int,
     **_: Any,
 ) -> None:
-    await _run(body, patch, memo, logger, retry)
+    await runtime.reconcile_round(
+        KIND, memo=memo, logger=logger, retry=retry, reconcile=lambda: reconcile(body, patch, memo)
+    )
 
 
 @kopf.timer(names.GROUP, names.VERSION, "brokerclusters", interval=runtime.RESYNC_S, idle=None)
 async def resync(
     *, body: kopf.Body, patch: kopf.Patch, memo: Any, logger: kopf.Logger, **_: Any
 ) -> None:
-    await _run(body, patch, memo, logger, None)
+    await runtime.reconcile_round(
+        KIND, memo=memo, logger=logger, retry=None, reconcile=lambda: reconcile(body, patch, memo)
+    )

@@ -28,7 +28,7 @@ from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime
 from popfleet_operator.model import names, specs
 from popfleet_operator.model.observations import BrokerOutcome
-from popfleet_operator.planning import backoff, conflicts
+from popfleet_operator.planning import conflicts
 from popfleet_operator.status import conditions as c
 from popfleet_operator.status import fanout as fanout_status
 
@@ -207,28 +207,16 @@ async def run(
     index: kopf.Index[Any, Any],
     parse: Callable[[], tuple[str, str, Sync]],
 ) -> None:
-    """One round under the object's lock; ``retry`` None for timer ticks (never raise)."""
-    with metrics.timed(kind.name):
-        async with runtime.lock(memo):
-            try:
-                conditions = await reconcile(
-                    kind, body=body, patch=patch, memo=memo, index=index, parse=parse
-                )
-            except kopf.PermanentError:
-                metrics.RECONCILES.labels(kind.name, "failed").inc()
-                if retry is None:
-                    return  # a timer tick: the condition already says what is wrong
-                raise
-            except errors.KubeError as exc:
-                metrics.RECONCILES.labels(kind.name, "retry").inc()
-                if retry is None:
-                    logger.warning("resync: %s", exc.message)
-                    return
-                raise kopf.TemporaryError(exc.message, delay=backoff.delay_s(retry)) from exc
-    degraded = next((x for x in conditions if x.type == c.DEGRADED and x.status), None)
-    metrics.RECONCILES.labels(kind.name, "degraded" if degraded else "ok").inc()
-    if degraded is not None and retry is not None:
-        raise kopf.TemporaryError(degraded.message, delay=backoff.delay_s(retry))
+    """One round (``runtime.reconcile_round``); ``retry`` None for timer ticks (never raise)."""
+    await runtime.reconcile_round(
+        kind.name,
+        memo=memo,
+        logger=logger,
+        retry=retry,
+        reconcile=lambda: reconcile(
+            kind, body=body, patch=patch, memo=memo, index=index, parse=parse
+        ),
+    )
 
 
 async def release(

@@ -1,115 +1,32 @@
-"""ConsumerGroup: the group and its consume mode per subscribed topic on every broker
-(see ``fanning``). Editing ``consumeMode``/``popShareQueueNum`` switches every broker; the
-status shows each broker's mode as read back."""
+"""ConsumerGroup: the group and its consume mode per subscribed topic on every broker.
+
+Editing ``consumeMode``/``popShareQueueNum`` switches every broker; the status shows each
+broker's mode as read back. The steps are ``fanning``'s, the kopf wiring
+``registration``'s; this module says what is group-specific: the spec parser, the sync, the
+backlog that makes a ``Delete`` wait (this group's, on its topics) and the delete call.
+Importing it registers the handlers.
+"""
 
 from __future__ import annotations
 
-from typing import Any
-
-import kopf
-
-from popfleet_operator import errors
+from popfleet_api.client import BrokerAdminApi
 from popfleet_operator.clients import fanout
-from popfleet_operator.handlers import fanning, runtime
-from popfleet_operator.model import names, specs
+from popfleet_operator.handlers import fanning, registration
+from popfleet_operator.model import specs
 
 
-@kopf.index(names.GROUP, names.VERSION, "consumergroups")
-def group_claims(
-    *, namespace: str | None, name: str, spec: kopf.Spec, meta: kopf.Meta, **_: Any
-) -> dict[tuple[str, str, str], Any]:
-    broker_name = str(spec.get("groupName") or name)
-    cluster = str((spec.get("clusterRef") or {}).get("name", ""))
-    return {fanning.claim_key(namespace or "", cluster, broker_name): fanning.claim_of(meta)}
+async def _backlog(admin: BrokerAdminApi, spec: specs.GroupSpec) -> int | None:
+    return await fanout.group_backlog(admin, spec.group_name, spec.topics)
 
 
-def _parser(body: kopf.Body) -> Any:
-    def parse() -> tuple[str, str, fanning.Sync]:
-        spec = specs.parse_group(body["metadata"]["name"], body["spec"])
-
-        async def sync(admins: fanout.Admins) -> Any:
-            return await fanout.sync_group(admins, spec)
-
-        return spec.cluster, spec.group_name, sync
-
-    return parse
-
-
-@kopf.on.resume(names.GROUP, names.VERSION, "consumergroups")
-@kopf.on.create(names.GROUP, names.VERSION, "consumergroups")
-@kopf.on.update(names.GROUP, names.VERSION, "consumergroups")
-async def changed(
-    *,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    memo: Any,
-    logger: kopf.Logger,
-    retry: int,
-    **kwargs: Any,
-) -> None:
-    await fanning.run(
-        fanning.GROUP,
-        body=body,
-        patch=patch,
-        memo=memo,
-        logger=logger,
-        retry=retry,
-        index=kwargs["group_claims"],
-        parse=_parser(body),
-    )
-
-
-@kopf.timer(names.GROUP, names.VERSION, "consumergroups", interval=runtime.RESYNC_S)
-async def resync(
-    *,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    memo: Any,
-    logger: kopf.Logger,
-    **kwargs: Any,
-) -> None:
-    await fanning.run(
-        fanning.GROUP,
-        body=body,
-        patch=patch,
-        memo=memo,
-        logger=logger,
-        retry=None,
-        index=kwargs["group_claims"],
-        parse=_parser(body),
-    )
-
-
-@kopf.on.delete(names.GROUP, names.VERSION, "consumergroups")
-async def deleted(
-    *,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    memo: Any,
-    **kwargs: Any,
-) -> None:
-    try:
-        spec = specs.parse_group(body["metadata"]["name"], body["spec"])
-    except errors.InvalidSpec:
-        return  # never reached the brokers
-
-    async def backlog(admins: fanout.Admins) -> dict[str, int | None]:
-        return await fanout.backlogs(
-            admins, lambda admin: fanout.group_backlog(admin, spec.group_name, spec.topics)
-        )
-
-    async def delete(admins: fanout.Admins) -> dict[str, str]:
-        return await fanout.delete_group(admins, spec.group_name)
-
-    await fanning.release(
-        fanning.GROUP,
-        body=body,
-        patch=patch,
-        memo=memo,
-        index=kwargs["group_claims"],
-        cluster=spec.cluster,
-        broker_name=spec.group_name,
-        delete_on_broker=spec.delete_on_broker,
-        backlog=backlog,
-        delete=delete,
-    )
+GROUPS = registration.Declared(
+    kind=fanning.GROUP,
+    plural="consumergroups",
+    index_id="group_claims",
+    parse=specs.parse_group,
+    broker_name=lambda spec: spec.group_name,
+    sync=fanout.sync_group,
+    backlog=_backlog,
+    delete=fanout.delete_group,
+)
+registration.register(GROUPS)

@@ -11,7 +11,7 @@ import asyncio
 import base64
 import datetime
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,9 +20,11 @@ import kopf
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.errors import KubeError, SecretNotFound
+from popfleet_operator.handlers import metrics
 from popfleet_operator.model import names
 from popfleet_operator.model.observations import BrokerPod
 from popfleet_operator.model.specs import ClusterSpec
+from popfleet_operator.planning import backoff
 from popfleet_operator.status import conditions as c
 
 RESYNC_S = float(os.environ.get("POPFLEET_RESYNC_INTERVAL_S", "30"))
@@ -49,6 +51,41 @@ def lock(memo: Any) -> asyncio.Lock:
         found = asyncio.Lock()
         memo["lock"] = found
     return found
+
+
+async def reconcile_round(
+    kind: str,
+    *,
+    memo: Any,
+    logger: kopf.Logger,
+    retry: int | None,
+    reconcile: Callable[[], Awaitable[Sequence[c.Condition]]],
+) -> None:
+    """One reconcile round of any kind: under the object's lock, timed and counted.
+
+    ``retry`` is None for timer ticks, which never raise (the conditions already say what is
+    wrong; the next tick tries again). Change handlers re-raise ``PermanentError`` and turn an
+    apiserver failure or a ``Degraded`` outcome into ``TemporaryError`` with back-off.
+    """
+    with metrics.timed(kind):
+        async with lock(memo):
+            try:
+                conditions = await reconcile()
+            except kopf.PermanentError:
+                metrics.RECONCILES.labels(kind, "failed").inc()
+                if retry is None:
+                    return
+                raise
+            except KubeError as exc:
+                metrics.RECONCILES.labels(kind, "retry").inc()
+                if retry is None:
+                    logger.warning("resync: %s", exc.message)
+                    return
+                raise kopf.TemporaryError(exc.message, delay=backoff.delay_s(retry)) from exc
+    degraded = next((x for x in conditions if x.type == c.DEGRADED and x.status), None)
+    metrics.RECONCILES.labels(kind, "degraded" if degraded else "ok").inc()
+    if degraded is not None and retry is not None:
+        raise kopf.TemporaryError(degraded.message, delay=backoff.delay_s(retry))
 
 
 def now() -> str:

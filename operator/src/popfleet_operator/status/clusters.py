@@ -12,7 +12,12 @@ from popfleet_operator.model.observations import BrokerInfo, BrokerPod
 from popfleet_operator.status import conditions as c
 
 
-def broker_entries(infos: Sequence[BrokerInfo]) -> list[dict[str, Any]]:
+def broker_entries(
+    infos: Sequence[BrokerInfo], *, previous: Sequence[Mapping[str, Any]] = ()
+) -> list[dict[str, Any]]:
+    """One status entry per broker; one that said nothing keeps its last known config epoch
+    (from ``previous``), so that coming back empty is still seen as an epoch change."""
+    epochs = {str(p.get("name")): str(p.get("configEpoch") or "") for p in previous}
     entries = []
     for info in sorted(infos, key=lambda i: i.pod.ordinal):
         entry: dict[str, Any] = {
@@ -25,8 +30,9 @@ def broker_entries(infos: Sequence[BrokerInfo]) -> list[dict[str, Any]]:
         if client and admin:
             entry["endpoint"] = client
             entry["adminEndpoint"] = admin
-        if info.config_epoch:
-            entry["configEpoch"] = info.config_epoch
+        epoch = info.config_epoch or epochs.get(info.pod.name, "")
+        if epoch:
+            entry["configEpoch"] = epoch
         entries.append(entry)
     return entries
 

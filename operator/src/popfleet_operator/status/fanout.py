@@ -9,6 +9,7 @@ the ones still pending (no pod yet, or written this round and not yet confirmed)
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from popfleet_operator.model.observations import BrokerOutcome
@@ -22,11 +23,15 @@ def with_missing(
 ) -> list[BrokerOutcome]:
     """Outcomes plus a pending entry for each expected broker that had no pod this round.
 
-    The entry keeps the broker's last known config epoch, so that when the pod comes back
-    with an empty volume the change is still noticed (and reported as re-applied).
+    A broker that said nothing (no pod, or unreachable while its pod restarts) keeps its
+    last known config epoch, so that when it comes back with an empty volume the change is
+    still noticed (and reported as re-applied).
     """
     seen = {o.broker for o in outcomes}
-    epochs = {str(p.get("name")): str(p.get("configEpoch", "")) for p in previous}
+    epochs = {str(p.get("name")): str(p.get("configEpoch") or "") for p in previous}
+    outcomes = [
+        o if o.config_epoch else replace(o, config_epoch=epochs.get(o.broker, "")) for o in outcomes
+    ]
     missing = [
         BrokerOutcome(b, synced=False, config_epoch=epochs.get(b, ""))
         for b in expected
