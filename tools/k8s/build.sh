@@ -62,7 +62,7 @@ echo "building etcd $ETCD" >&2
 go build -trimpath -ldflags "-s -w" -o "$OUT/etcd" go.etcd.io/etcd/server/v3
 echo "installing helm $HELM_VERSION" >&2
 # go install pkg@version ignores this module (helm's own go.mod has no replaces).
-(cd / && GOBIN=$OUT GOFLAGS= go install -trimpath \
+(cd / && GOBIN=$OUT GOFLAGS='' go install -trimpath \
    -ldflags "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION \
    -X helm.sh/helm/v3/internal/version.gitTreeState=clean" \
    "helm.sh/helm/v3/cmd/helm@$HELM_VERSION")

@@ -18,7 +18,7 @@ GOMOD=$(go mod download -json "k8s.io/kubernetes@v$K8S" \
 # Same language version and GODEBUG defaults as the release (they come from the main module).
 go mod edit -go="$(sed -n 's/^go //p' "$GOMOD")"
 sed -n 's/^godebug \(.*\)$/\1/p' "$GOMOD" | while read -r kv; do go mod edit -godebug="$kv"; done
-for m in $(sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$GOMOD"); do
+sed -n 's#^[[:space:]]*\(k8s\.io/[a-z0-9-]*\) => \./staging/.*#\1#p' "$GOMOD" | while read -r m; do
   go mod edit -replace="$m=$m@v$STG"
 done
 ETCD=$(sed -n 's#^[[:space:]]*go\.etcd\.io/etcd/server/v3 \(v[^ ]*\).*#\1#p' "$GOMOD")
