@@ -1,13 +1,16 @@
 """``popbroker store``: the store wire API plus the admin API on the same open store.
 
     popbroker store --data-dir DIR --socket PATH [--listen HOST:PORT]
-                    [--admin-listen HOST:PORT] [--admin-token-file PATH] ...
+                    [--admin-listen HOST:PORT] [--admin-token-file PATH]
+                    [--metrics-listen HOST:PORT [--metrics-port-file PATH]] ...
 
 In a broker pod the store container owns the data volume, so it is the one that
 answers the operator's and the audits' admin calls (DESIGN §3): the admin server
 runs in the store process, beside the wire server the popack and revive roles
 use. Without ``--admin-listen`` this is exactly ``serve_main``. The admin
 server's health (grpc.health.v1) is what the pod's readiness probe asks.
+``--metrics-listen`` serves the store's Prometheus metrics
+(``popfleet_store_flush_seconds``, :mod:`popbroker.metrics.store`).
 
 Lives here, not in ``popbroker.store``: the store never imports the admin server.
 """
@@ -16,14 +19,59 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
+from prometheus_client import CollectorRegistry
+
 from popbroker.admin import server as admin_server
+from popbroker.metrics import exposition
+from popbroker.metrics.store import observe_flushes
 from popbroker.store import errors
 from popbroker.store.api import StoreApi
 from popbroker.store.wire import serve_main
+
+
+def _write_port(path: Path | None, port: int) -> None:
+    if path is not None:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(f"{port}\n")
+        os.replace(tmp, path)
+
+
+def _companions(
+    admin_listen: str | None,
+    token: str | None,
+    metrics_listen: str | None,
+    metrics_port_file: Path | None,
+) -> Callable[[StoreApi], Awaitable[Callable[[], Awaitable[None]]]] | None:
+    """Start the admin API and the metrics endpoint on the open store (either may be off)."""
+    if not admin_listen and not metrics_listen:
+        return None
+    if metrics_listen:
+        exposition.split_host_port(metrics_listen)  # a bad value fails before the store opens
+
+    async def start(store: StoreApi) -> Callable[[], Awaitable[None]]:
+        stops: list[Callable[[], Awaitable[None]]] = []
+        if metrics_listen:
+            registry = CollectorRegistry()
+            observe_flushes(store, registry)
+            metrics = await exposition.serve_metrics(metrics_listen, registry)
+            _write_port(metrics_port_file, metrics.port)
+            stops.append(metrics.stop)
+        if admin_listen:
+            admin = await admin_server.serve_admin(store, listen=admin_listen, token=token)
+            stops.append(admin.stop)
+
+        async def stop_all() -> None:
+            for stop in reversed(stops):
+                await stop()
+
+        return stop_all
+
+    return start
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -34,21 +82,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         help="the admin token (else $POPFLEET_ADMIN_TOKEN; neither: no token)",
     )
+    parser.add_argument("--metrics-listen", help="HOST:PORT of the Prometheus /metrics endpoint")
+    parser.add_argument("--metrics-port-file", type=Path, help="write the metrics port here")
     args = serve_main.parse_args(argv, parser)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    on_open: Callable[[StoreApi], Awaitable[Callable[[], Awaitable[None]]]] | None = None
-    if args.admin_listen:
-        token = admin_server.load_token(args.admin_token_file)
-        listen = str(args.admin_listen)
-
-        async def start_admin(store: StoreApi) -> Callable[[], Awaitable[None]]:
-            admin = await admin_server.serve_admin(store, listen=listen, token=token)
-            return admin.stop
-
-        on_open = start_admin
     try:
+        token = admin_server.load_token(args.admin_token_file) if args.admin_listen else None
+        on_open = _companions(args.admin_listen, token, args.metrics_listen, args.metrics_port_file)
         asyncio.run(
             serve_main.run(
                 args.data_dir,

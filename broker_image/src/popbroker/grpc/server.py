@@ -8,6 +8,9 @@
     role on a Unix socket, ``all`` with an in-process ``LocalStore`` and, with
     ``--admin-listen``, the admin API (``popbroker.admin``) reporting the live
     revive ledgers and checkpoint buffer (:class:`LivePopState`).
+  * :class:`~popbroker.grpc.edge.EdgeOptions` — client auth (``AuthGuard``),
+    TLS, and call counting on the v2 endpoint; ``RoleMetrics`` — the role's
+    ``/metrics`` endpoint (see :mod:`popbroker.metrics`).
 
 Shutdown, in order: stop accepting calls and give running ones ``grace_s``
 (parked receives are answered, not dropped); drain the checkpoint buffer;
@@ -29,6 +32,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from popbroker.admin import popstate as admin_popstate
 from popbroker.admin import server as admin_server
+from popbroker.grpc.edge import EdgeOptions, RoleMetrics
 from popbroker.grpc.protocol import add_servicer_to_server
 from popbroker.grpc.servicer import MessagingServicer
 from popbroker.pop.checkpointbuffer import BufferStats
@@ -92,22 +96,32 @@ class PopackEndpoint:
         advertise: str | None = None,
         settings: PopackSettings | None = None,
         clock: Clock = wall_clock_ms,
+        edge: EdgeOptions | None = None,
     ) -> PopackEndpoint:
         """Bind ``listen``, start the services and the server."""
         base = settings or PopackSettings()
+        edge = edge or EdgeOptions()
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", base.max_body_bytes + 16 * MIB),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
-            ]
+            ],
+            interceptors=edge.interceptors(),
         )
-        port = server.add_insecure_port(listen)
+        if edge.tls is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, edge.tls.server_credentials())
+        if port == 0:
+            raise OSError(f"v2 endpoint: cannot bind {listen}")
         host = Endpoint.parse(listen).host
         advertised = Endpoint.parse(advertise) if advertise else Endpoint(host, port)
         services = await PopackServices.open(
             store, advertised=advertised, settings=base, clock=clock
         )
+        if edge.metrics is not None:
+            edge.metrics.attach(services)
         add_servicer_to_server(MessagingServicer(services, advertised=advertised), server)
         health_servicer = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -115,7 +129,13 @@ class PopackEndpoint:
         await server.start()
         endpoint = cls(services, server, port, advertised, health_servicer)
         await endpoint.set_serving(True)
-        log.info("popack serving apache.rocketmq.v2.MessagingService on %s:%d", host, port)
+        log.info(
+            "popack serving apache.rocketmq.v2.MessagingService on %s:%d (tls %s, auth %s)",
+            host,
+            port,
+            "on" if edge.tls else "off",
+            "on" if edge.accounts else "off (anonymous clients)",
+        )
         return endpoint
 
     async def stop(self, *, grace_s: float = 2.0) -> None:
@@ -188,28 +208,45 @@ async def run_popack(
     listen: str,
     advertise: str | None,
     on_bound: Callable[[int], None] = lambda port: None,
+    settings: PopackSettings | None = None,
+    edge: EdgeOptions | None = None,
+    metrics: RoleMetrics | None = None,
 ) -> None:
     """The popack role: the v2 endpoint in front of a store role."""
     stop = _stop_on_signals()
+    edge = edge or EdgeOptions()
     store = await _remote_store(store_socket)
     try:
-        endpoint = await PopackEndpoint.start(store, listen=listen, advertise=advertise)
+        if metrics is not None:
+            edge.metrics = metrics.for_popack()
+        endpoint = await PopackEndpoint.start(
+            store, listen=listen, advertise=advertise, settings=settings, edge=edge
+        )
+        if metrics is not None:
+            await metrics.start()
         on_bound(endpoint.port)
         await stop.wait()
         await endpoint.stop()
     finally:
+        if metrics is not None:
+            await metrics.stop()
         await store.close()
 
 
-async def run_revive(*, store_socket: Path) -> None:
+async def run_revive(*, store_socket: Path, metrics: RoleMetrics | None = None) -> None:
     """The revive role: revive loops against a store role."""
     stop = _stop_on_signals()
     store = await _remote_store(store_socket)
     try:
         role = await ReviveRole.start(store)
+        if metrics is not None:
+            metrics.for_revive().attach(store, role.service)
+            await metrics.start()
         await stop.wait()
         await role.stop()
     finally:
+        if metrics is not None:
+            await metrics.stop()
         await store.close()
 
 
@@ -251,13 +288,25 @@ async def run_all(
     admin_token: str | None = None,
     on_bound: Callable[[int], None] = lambda port: None,
     on_admin_bound: Callable[[int], None] = lambda port: None,
+    settings: PopackSettings | None = None,
+    edge: EdgeOptions | None = None,
+    metrics: RoleMetrics | None = None,
 ) -> None:
     """All three roles in one process on an in-process ``LocalStore`` (+ the admin API)."""
     stop = _stop_on_signals()
+    edge = edge or EdgeOptions()
     store = LocalStore.open(data_dir, store_settings)
     try:
-        endpoint = await PopackEndpoint.start(store, listen=listen, advertise=advertise)
+        if metrics is not None:
+            metrics.for_store(store)
+            edge.metrics = metrics.for_popack()
+        endpoint = await PopackEndpoint.start(
+            store, listen=listen, advertise=advertise, settings=settings, edge=edge
+        )
         revive = await ReviveRole.start(store)
+        if metrics is not None:
+            metrics.for_revive().attach(store, revive.service)
+            await metrics.start()
         admin = None
         if admin_listen is not None:
             pop_state = LivePopState(
@@ -280,4 +329,6 @@ async def run_all(
         await endpoint.stop()
         await revive.stop()
     finally:
+        if metrics is not None:
+            await metrics.stop()
         await store.close()

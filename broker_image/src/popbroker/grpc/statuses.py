@@ -12,12 +12,16 @@ logs it). ``IllegalMessage`` is refined by the offending field.
 
 from __future__ import annotations
 
+from popbroker.auth import errors as auth_errors
 from popbroker.grpc.protocol import Code
 from popbroker.pop import errors as pop_errors
 from popbroker.services import errors as service_errors
 from popbroker.store import errors as store_errors
 
 TABLE: dict[type[BaseException], int] = {
+    # auth (popbroker.grpc.authguard)
+    auth_errors.Unauthenticated: Code.UNAUTHORIZED,
+    auth_errors.Forbidden: Code.FORBIDDEN,
     # POP core
     pop_errors.InvalidReceiptHandle: Code.INVALID_RECEIPT_HANDLE,
     pop_errors.QueueOffsetOutOfRange: Code.INVALID_RECEIPT_HANDLE,
@@ -67,7 +71,12 @@ ILLEGAL_MESSAGE_FIELDS: dict[str, int] = {
     "property_key": Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
 }
 
-DOMAIN_ERRORS = (pop_errors.PopError, store_errors.StoreError, service_errors.ServiceError)
+DOMAIN_ERRORS = (
+    auth_errors.AuthError,
+    pop_errors.PopError,
+    store_errors.StoreError,
+    service_errors.ServiceError,
+)
 
 
 def code_of(exc: BaseException) -> int:

@@ -1,0 +1,127 @@
+"""The auth check in front of every v2 RPC (a ``grpc.aio`` server interceptor).
+
+Installed by :class:`~popbroker.grpc.server.PopackEndpoint` when the role has a
+``--credentials-file``; without one there is no guard and clients are anonymous.
+
+Per call:
+
+1. Authenticate from metadata alone (:func:`popbroker.auth.signature.verify`):
+   missing, malformed, forged, stale or unknown → the RPC's own response with
+   ``status UNAUTHORIZED`` (the servicer never runs).
+2. Authorize from the request (:func:`popbroker.auth.resources.authorize`):
+   no permission → ``status FORBIDDEN``. Telemetry needs step 1 only.
+
+Refusals are answered in the response body with gRPC status OK, like every
+other failure (fact sheet §6), so the official clients raise their
+``UnauthorizedException`` / ``ForbiddenException``. ``grpc.health.v1`` is not
+guarded (kubelet probes carry no credentials).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+
+from popbroker.auth import resources, signature
+from popbroker.auth.accounts import Account, Accounts
+from popbroker.auth.errors import AuthError
+from popbroker.grpc import convert, handlers, statuses
+
+log = logging.getLogger(__name__)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _headers(metadata: Any) -> dict[str, str]:
+    return {key: value for key, value in metadata or () if isinstance(value, str)}
+
+
+def _refusal(rpc: str, exc: AuthError) -> Any:
+    return handlers.response_type(rpc)(
+        status=convert.status(statuses.code_of(exc), statuses.reason_of(exc))
+    )
+
+
+class AuthGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Authenticate and authorize every ``MessagingService`` call (module docstring)."""
+
+    def __init__(self, accounts: Accounts, *, clock: Callable[[], datetime] = utc_now) -> None:
+        self._accounts = accounts
+        self._secrets = accounts.secrets
+        self._clock = clock
+
+    def authenticate(self, metadata: Any) -> Account:
+        access_key = signature.verify(
+            _headers(metadata),
+            self._secrets,
+            now=self._clock(),
+            max_clock_skew_s=self._accounts.max_clock_skew_s,
+        )
+        return self._accounts.by_key[access_key]
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        rpc = handlers.rpc_name(handler_call_details.method)
+        if handler is None or rpc is None:
+            return handler
+        try:
+            account = self.authenticate(handler_call_details.invocation_metadata)
+        except AuthError as exc:
+            log.info("%s refused: %s", rpc, exc.reason)
+            return _refused(handler, rpc, exc)
+        return _authorized(handler, rpc, account)
+
+
+def _refused(handler: Any, rpc: str, exc: AuthError) -> Any:
+    def unary(_behaviour: handlers.Unary) -> handlers.Unary:
+        async def refuse(request: Any, context: Any) -> Any:
+            return _refusal(rpc, exc)
+
+        return refuse
+
+    def streaming(_behaviour: handlers.Streaming) -> handlers.Streaming:
+        async def refuse(request: Any, context: Any) -> AsyncIterator[Any]:
+            yield _refusal(rpc, exc)
+
+        return refuse
+
+    return handlers.wrap(handler, unary=unary, streaming=streaming)
+
+
+def _authorized(handler: Any, rpc: str, account: Account) -> Any:
+    def unary(behaviour: handlers.Unary) -> handlers.Unary:
+        async def checked(request: Any, context: Any) -> Any:
+            try:
+                resources.authorize(account, rpc, request)
+            except AuthError as exc:
+                log.info("%s forbidden: %s", rpc, exc.reason)
+                return _refusal(rpc, exc)
+            return await behaviour(request, context)
+
+        return checked
+
+    def streaming(behaviour: handlers.Streaming) -> handlers.Streaming:
+        async def checked(request: Any, context: Any) -> AsyncIterator[Any]:
+            if rpc != "Telemetry":  # bidi: ``request`` is the command stream
+                try:
+                    resources.authorize(account, rpc, request)
+                except AuthError as exc:
+                    log.info("%s forbidden: %s", rpc, exc.reason)
+                    yield _refusal(rpc, exc)
+                    return
+            async for response in behaviour(request, context):
+                yield response
+
+        return checked
+
+    return handlers.wrap(handler, unary=unary, streaming=streaming)
