@@ -33,7 +33,7 @@ setup: $(STAMP) ## create .venv and install every package and dev tool
 lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, import-linter
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy broker_image/src api/src operator/src e2e/testbed/src e2e/testbed/tests tests bench
+	$(VENV)/bin/mypy broker_image/src api/src operator/src spark_operator_jobs/src e2e/testbed/src e2e/testbed/tests tests bench
 	$(VENV)/bin/lint-imports
 
 fmt: $(STAMP) ## apply ruff fixes and formatting
