@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +75,7 @@ class BrokerProcess:
     admin_port: int = 0  # set when started with ``admin=True`` (``all`` mode only)
     roles: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     role_args: dict[str, list[str]] = field(default_factory=dict)
+    extra_args: Mapping[str, Sequence[str]] = field(default_factory=dict)  # role -> more flags
 
     @property
     def endpoint(self) -> str:
@@ -85,6 +86,7 @@ class BrokerProcess:
         return self.work_dir / "data"
 
     def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        args = [*args, *self.extra_args.get(name, ())] if name not in self.role_args else args
         log = (self.work_dir / f"{name}.log").open("ab")
         proc = subprocess.Popen(
             [sys.executable, "-m", "popbroker.cli", *args],
@@ -126,11 +128,13 @@ class BrokerProcess:
         topics: Sequence[TopicConfig],
         groups: Sequence[GroupConfig],
         admin: bool = False,
+        extra_args: Mapping[str, Sequence[str]] | None = None,
     ) -> BrokerProcess:
+        """Seed, then start; ``extra_args`` adds flags per role name (``all``, ``popack``, ...)."""
         if admin and mode != "all":
             raise ValueError("the admin API is served by the all role here")
         work_dir.mkdir(parents=True, exist_ok=True)
-        broker = cls(mode=mode, work_dir=work_dir)
+        broker = cls(mode=mode, work_dir=work_dir, extra_args=dict(extra_args or {}))
         asyncio.run(_seed(broker.data_dir, topics, groups))
         try:
             broker._start_processes(admin=admin)
