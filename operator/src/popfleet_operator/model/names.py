@@ -99,3 +99,41 @@ def labels(cluster: str, component: str = "broker") -> dict[str, str]:
 
 def pod_selector(cluster: str) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items()))
+
+
+# --- Audits (spec.audit): runs, their identity and the annotations that drive them ----------
+#
+# ServiceAccount, Role and RoleBinding ``NAME-audit`` (the audit pods' identity); each run is a
+# Job or SparkApplication ``NAME-audit-<unix seconds of its scheduled time>``.
+
+AUDIT_APP = "popfleet-audit"
+AUDIT_RUN_NOW = f"{GROUP}/audit-run-now"  # any new value: a run now; on a run: the value
+AUDIT_SCHEDULED_AT = f"{GROUP}/audit-scheduled-at"  # on a run: the time it was due
+AUDIT_DATA_MOUNT = "/var/lib/popfleet-audit"  # output/ and history/ (the claim, or emptyDir)
+AUDIT_MAIN_FILE = "/opt/popfleet-audit/main.py"  # popfleet_audit/main.py in the audit image
+SPARK_UID = 185  # the official Spark image's user
+
+
+def audit_identity(cluster: str) -> str:
+    """ServiceAccount, Role and RoleBinding of a cluster's audit pods."""
+    return f"{cluster}-audit"
+
+
+def audit_run(cluster: str, scheduled_s: int) -> str:
+    return f"{cluster}-audit-{scheduled_s}"
+
+
+def audit_labels(cluster: str) -> dict[str, str]:
+    """Labels of audit runs and their pods (no broker selector label: not a broker pod)."""
+    return {
+        LABEL_NAME: AUDIT_APP,
+        LABEL_INSTANCE: cluster,
+        LABEL_COMPONENT: "audit",
+        LABEL_MANAGED_BY: OPERATOR_APP,
+        LABEL_PART_OF: "popfleet",
+        AUDIT_ROLE_LABEL: "audit",  # the brokers' NetworkPolicy lets these reach the admin port
+    }
+
+
+def audit_selector(cluster: str) -> str:
+    return f"{LABEL_NAME}={AUDIT_APP},{LABEL_INSTANCE}={cluster}"

@@ -238,3 +238,101 @@ def parse_group(name: str, spec: Raw) -> GroupSpec:
         fifo=bool(spec.get("fifo", False)),
         delete_on_broker=spec.get("deletionPolicy", "Retain") == "Delete",
     )
+
+
+# --- Audits (BrokerCluster spec.audit) -------------------------------------------------------
+
+SPARK_MEMORY = re.compile(r"^[0-9]+[kmgtp]?b?$", re.IGNORECASE)
+SPARK_MASTER = re.compile(r"^(local(\[(\*|[1-9][0-9]*)(,[0-9]+)?\])?|(k8s|spark)://\S+)$")
+AUDIT_BACKENDS = ("auto", "sparkapplication", "job")
+
+
+@dataclass(frozen=True, slots=True)
+class SparkSettings:
+    driver_cores: int = 1
+    driver_memory: str = "512m"  # Spark's units (k, m, g, t), not Kubernetes quantities
+    executor_instances: int = 1
+    executor_memory: str = "512m"
+    conf: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditHistory:
+    successful_runs_limit: int = 3
+    failed_runs_limit: int = 3
+    claim_name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AuditSpec:
+    """``spec.audit``: when and how the operator runs the Spark audits of a cluster.
+
+    ``backend`` is ``auto`` (a SparkApplication when the kubeflow CRD is installed, else a
+    Job), ``sparkapplication`` or ``job``; ``master`` only matters for the Job backend.
+    The cron ``schedule`` is checked by ``planning.auditschedule`` (the cron library's layer).
+    """
+
+    enabled: bool = False
+    schedule: str = "*/15 * * * *"
+    image: str = "ghcr.io/popfleet/audit:0.1.0"
+    backend: str = "auto"
+    master: str = "local[*]"
+    spark: SparkSettings = field(default_factory=SparkSettings)
+    history: AuditHistory = field(default_factory=AuditHistory)
+
+    @property
+    def kubernetes_master(self) -> bool:
+        return self.master.startswith("k8s://")
+
+
+def _spark_memory(value: object, *, where: str) -> str:
+    text = str(value)
+    if not SPARK_MEMORY.fullmatch(text):
+        raise InvalidSpec(f"{where}: {text!r} is not a Spark memory size (e.g. 512m, 2g)")
+    return text
+
+
+def _spark_settings(raw: Raw) -> SparkSettings:
+    conf = raw.get("conf") or {}
+    for key in conf:
+        if not str(key).startswith("spark."):
+            raise InvalidSpec(f"spec.audit.spark.conf: {key!r} is not a spark.* setting")
+    return SparkSettings(
+        driver_cores=int(raw.get("driverCores", 1)),
+        driver_memory=_spark_memory(
+            raw.get("driverMemory", "512m"), where="spec.audit.spark.driverMemory"
+        ),
+        executor_instances=int(raw.get("executorInstances", 1)),
+        executor_memory=_spark_memory(
+            raw.get("executorMemory", "512m"), where="spec.audit.spark.executorMemory"
+        ),
+        conf={str(k): str(v) for k, v in sorted(conf.items())},
+    )
+
+
+def parse_audit(spec: Raw) -> AuditSpec:
+    """``spec.audit`` of a BrokerCluster body's ``spec`` (absent: audits disabled)."""
+    raw = spec.get("audit") or {}
+    history = raw.get("history") or {}
+    backend = str(raw.get("backend", "auto"))
+    if backend not in AUDIT_BACKENDS:
+        raise InvalidSpec(f"spec.audit.backend: {backend!r} is not one of {AUDIT_BACKENDS}")
+    master = str(raw.get("master", "local[*]"))
+    if not SPARK_MASTER.fullmatch(master):
+        raise InvalidSpec(
+            f"spec.audit.master: {master!r} is not local, local[N], local[*], k8s://... "
+            "or spark://..."
+        )
+    return AuditSpec(
+        enabled=bool(raw.get("enabled", False)),
+        schedule=str(raw.get("schedule", "*/15 * * * *")),
+        image=str(raw.get("image", "ghcr.io/popfleet/audit:0.1.0")),
+        backend=backend,
+        master=master,
+        spark=_spark_settings(raw.get("spark") or {}),
+        history=AuditHistory(
+            successful_runs_limit=int(history.get("successfulRunsLimit", 3)),
+            failed_runs_limit=int(history.get("failedRunsLimit", 3)),
+            claim_name=history.get("claimName") or None,
+        ),
+    )
