@@ -1,0 +1,223 @@
+"""Revive backlog: CK and ACK records of the revive log joined per group. Pure transforms.
+
+Inputs (``popfleet`` data source tables): ``revive_log`` (schemas.REVIVE_LOG),
+``revive_queues`` (schemas.REVIVE_QUEUES) and ``group_retry`` (schemas.GROUP_RETRY).
+
+How a message's state is decided, as numbered steps (the revive role's own
+matching, DESIGN §3.2, replayed over the scanned records):
+
+  1. A checkpoint (CK) is keyed by the tuple (broker, revive queue, topic,
+     group, queue id, start offset, pop time, CK broker name) -- never by a
+     concatenated string. A CK written twice counts once (its first position,
+     the union of its bitmaps).
+  2. Each CK message (``queue_offsets[i]``) is acked when bit *i* of the CK's
+     bitmap is set (acks merged in memory before the CK was flushed) or when an
+     ACK/BATCH_ACK record with the same key and that offset lies **after** the
+     CK in the revive queue (acks after the flush). An ACK without a broker
+     name means the local broker (upstream #8460; the data source fills it in).
+  3. Duplicate acks (a second record for an acked message, or a record for a
+     bit already set) and orphan acks (no CK in the scan: already revived and
+     passed, never written, or late after a revive) are counted, never errors.
+  4. A CK before its revive queue's progress is resolved (everything before
+     the progress is), so it is dropped; the rest with un-acked messages are
+     the **backlog**. A change-invisible chain needs nothing special: the new
+     one-message CK holds the message and the old CK is acked for it.
+  5. A backlog CK is **overdue** when ``revive_time + grace`` lies before the
+     broker's clock: revive should have re-put its messages by then (stuck
+     revive). Caveat: a CK revived behind an older pending CK stays in the log
+     after the progress until that older CK resolves, and counts as overdue
+     until then.
+
+Ages are the broker's clock minus the pop time of the CK.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as sf
+
+CK_KEY = (
+    "broker_name", "revive_queue_id", "topic", "group", "queue_id", "start_queue_offset",
+    "pop_time_ms", "ck_broker_name",
+)  # fmt: skip
+AGE_BUCKETS_MS: tuple[tuple[str, int | None], ...] = (
+    ("age_lt_10s", 10_000),
+    ("age_lt_1m", 60_000),
+    ("age_lt_10m", 600_000),
+    ("age_lt_1h", 3_600_000),
+    ("age_ge_1h", None),
+)
+
+
+def checkpoints(revive_log: DataFrame) -> DataFrame:
+    """One row per distinct CK key: position, revive time, offsets, bitmap (steps 1)."""
+    return (
+        revive_log.filter(sf.col("kind") == "CHECKPOINT")
+        .groupBy(*CK_KEY)
+        .agg(
+            sf.min("queue_offset").alias("ck_position"),
+            sf.min("revive_time_ms").alias("revive_time_ms"),
+            sf.first("queue_offsets").alias("queue_offsets"),
+            sf.bit_or("ack_bitmap").alias("ack_bitmap"),
+            sf.count(sf.lit(1)).alias("ck_records"),
+            sf.max("broker_now_ms").alias("broker_now_ms"),
+        )
+    )
+
+
+def ack_entries(revive_log: DataFrame) -> DataFrame:
+    """One row per (ACK record, acked offset)."""
+    return revive_log.filter(sf.col("kind").isin("ACK", "BATCH_ACK")).select(
+        *CK_KEY,
+        sf.col("queue_offset").alias("ack_position"),
+        sf.explode("queue_offsets").alias("message_queue_offset"),
+    )
+
+
+def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms: int) -> DataFrame:
+    """One row per message of every unresolved CK: acked, overdue, age (steps 1-5)."""
+    cks = checkpoints(revive_log)
+    messages = cks.select(
+        *CK_KEY,
+        "ck_position",
+        "revive_time_ms",
+        "broker_now_ms",
+        sf.posexplode("queue_offsets").alias("bit", "message_queue_offset"),
+        "ack_bitmap",
+    ).withColumn("acked_in_ck", sf.expr("(shiftright(ack_bitmap, bit) & 1) = 1"))
+    acks = ack_entries(revive_log).alias("a")
+    joined = messages.alias("m").join(
+        acks,
+        on=[sf.col(f"m.{k}").eqNullSafe(sf.col(f"a.{k}")) for k in CK_KEY]
+        + [
+            sf.col("m.message_queue_offset") == sf.col("a.message_queue_offset"),
+            sf.col("a.ack_position") > sf.col("m.ck_position"),
+        ],
+        how="left",
+    )
+    per_message = joined.groupBy(
+        *[sf.col(f"m.{k}").alias(k) for k in CK_KEY],
+        sf.col("m.ck_position").alias("ck_position"),
+        sf.col("m.revive_time_ms").alias("revive_time_ms"),
+        sf.col("m.broker_now_ms").alias("broker_now_ms"),
+        sf.col("m.message_queue_offset").alias("message_queue_offset"),
+        sf.col("m.acked_in_ck").alias("acked_in_ck"),
+    ).agg(sf.count("a.ack_position").alias("ack_records"))
+    progress = revive_queues.select(
+        "broker_name",
+        "revive_queue_id",
+        sf.coalesce("revive_queue_offset", "min_queue_offset").alias("progress_queue_offset"),
+    )
+    return (
+        per_message.join(progress, on=["broker_name", "revive_queue_id"], how="left")
+        .filter(
+            sf.col("progress_queue_offset").isNull()
+            | (sf.col("ck_position") >= sf.col("progress_queue_offset"))
+        )
+        .select(
+            *CK_KEY,
+            "ck_position",
+            "message_queue_offset",
+            (sf.col("acked_in_ck") | (sf.col("ack_records") > 0)).alias("acked"),
+            (
+                sf.col("ack_records")
+                - sf.when(sf.col("acked_in_ck"), 0).otherwise(
+                    sf.least(sf.col("ack_records"), sf.lit(1))
+                )
+            ).alias("duplicate_acks"),
+            (sf.col("revive_time_ms") + sf.lit(grace_ms) < sf.col("broker_now_ms")).alias(
+                "overdue"
+            ),
+            (sf.col("broker_now_ms") - sf.col("pop_time_ms")).alias("age_ms"),
+            "revive_time_ms",
+        )
+    )
+
+
+def orphan_acks(revive_log: DataFrame) -> DataFrame:
+    """Per (broker_name, group): ACK entries matching no CK of the scan, at or before them."""
+    cks = checkpoints(revive_log).select(*CK_KEY, "ck_position", "queue_offsets")
+    acks = ack_entries(revive_log)
+    matched = acks.join(cks, on=[acks[k].eqNullSafe(cks[k]) for k in CK_KEY], how="left_anti")
+    return matched.groupBy("broker_name", "group").agg(sf.count(sf.lit(1)).alias("orphan_acks"))
+
+
+def _age_bucket_sums(unacked: Column) -> list[Column]:
+    sums, lower = [], 0
+    for name, upper in AGE_BUCKETS_MS:
+        in_bucket = sf.col("age_ms") >= lower
+        if upper is not None:
+            in_bucket = in_bucket & (sf.col("age_ms") < upper)
+            lower = upper
+        sums.append(sf.sum(sf.when(unacked & in_bucket, 1).otherwise(0)).cast("long").alias(name))
+    return sums
+
+
+def group_backlog(states: DataFrame, group_retry: DataFrame, orphans: DataFrame) -> DataFrame:
+    """Per (broker_name, group): backlog, overdue, ages, retry and DLQ depths, odd acks."""
+    unacked = ~sf.col("acked")
+    ck_id = sf.concat_ws("\u0000", *[sf.col(k).cast("string") for k in CK_KEY])
+    per_group = states.groupBy("broker_name", "group").agg(
+        sf.count_distinct(sf.when(unacked, ck_id)).cast("long").alias("unacked_checkpoints"),
+        sf.sum(sf.when(unacked, 1).otherwise(0)).cast("long").alias("unacked_messages"),
+        sf.count_distinct(sf.when(unacked & sf.col("overdue"), ck_id))
+        .cast("long")
+        .alias("overdue_checkpoints"),
+        sf.sum(sf.when(unacked & sf.col("overdue"), 1).otherwise(0))
+        .cast("long")
+        .alias("overdue_messages"),
+        sf.coalesce(sf.max(sf.when(unacked, sf.col("age_ms"))), sf.lit(0))
+        .cast("long")
+        .alias("oldest_unacked_age_ms"),
+        *_age_bucket_sums(unacked),
+        sf.sum("duplicate_acks").cast("long").alias("duplicate_acks"),
+    )
+    retry = group_retry.select("broker_name", "group", "retry_messages", "dlq_messages")
+    counts = [
+        "unacked_checkpoints", "unacked_messages", "overdue_checkpoints", "overdue_messages",
+        "oldest_unacked_age_ms", *[name for name, _ in AGE_BUCKETS_MS], "duplicate_acks",
+        "retry_messages", "dlq_messages", "orphan_acks",
+    ]  # fmt: skip
+    return (
+        per_group.join(retry, on=["broker_name", "group"], how="full_outer")
+        .join(orphans, on=["broker_name", "group"], how="full_outer")
+        .select(
+            "broker_name",
+            "group",
+            *[sf.coalesce(sf.col(c), sf.lit(0)).cast("long").alias(c) for c in counts],
+        )
+    )
+
+
+def group_totals(backlog: DataFrame) -> DataFrame:
+    """Per group over every broker: sums, and the oldest age as a max."""
+    sums = [
+        c for c in backlog.columns if c not in ("broker_name", "group", "oldest_unacked_age_ms")
+    ]
+    return backlog.groupBy("group").agg(
+        *[sf.sum(c).cast("long").alias(c) for c in sums],
+        sf.max("oldest_unacked_age_ms").cast("long").alias("oldest_unacked_age_ms"),
+    )
+
+
+def revive_queue_report(revive_queues: DataFrame, states: DataFrame) -> DataFrame:
+    """Per (broker_name, revive queue): bounds, progress, revive lag, backlog and overdue CKs."""
+    ck_id = sf.concat_ws("\u0000", *[sf.col(k).cast("string") for k in CK_KEY])
+    unacked = ~sf.col("acked")
+    per_queue = states.groupBy("broker_name", "revive_queue_id").agg(
+        sf.count_distinct(sf.when(unacked, ck_id)).cast("long").alias("backlog_checkpoints"),
+        sf.count_distinct(sf.when(unacked & sf.col("overdue"), ck_id))
+        .cast("long")
+        .alias("overdue_checkpoints"),
+    )
+    return revive_queues.join(per_queue, on=["broker_name", "revive_queue_id"], how="left").select(
+        "broker_name",
+        "revive_queue_id",
+        "min_queue_offset",
+        "max_queue_offset",
+        "revive_queue_offset",
+        sf.col("lag_messages").alias("revive_lag_messages"),
+        sf.col("lag_ms").alias("revive_lag_ms"),
+        sf.coalesce("backlog_checkpoints", sf.lit(0)).cast("long").alias("backlog_checkpoints"),
+        sf.coalesce("overdue_checkpoints", sf.lit(0)).cast("long").alias("overdue_checkpoints"),
+    )

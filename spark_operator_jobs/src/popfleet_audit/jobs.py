@@ -1,0 +1,67 @@
+"""Run the audits a command line asks for and write the run's summary and metrics.
+
+Called by :func:`popfleet_audit.main.main` with a built session; returns the
+:class:`~popfleet_audit.findings.AuditSummary` the status patches are made of.
+"""
+
+from __future__ import annotations
+
+import time
+
+from pyspark.sql import SparkSession
+
+from popfleet_audit import findings, lag_audit, metrics, outputs, revive_backlog_audit
+from popfleet_audit.config import AuditConfig
+from popfleet_audit.findings import AuditSummary
+
+
+def run(spark: SparkSession, config: AuditConfig, *, token: str | None) -> AuditSummary:
+    started = time.monotonic()
+    audited_at_ms = int(time.time() * 1000)
+    groups: dict[str, findings.GroupFindings] = {}
+    partitions: tuple[dict[str, object], ...] = ()
+    queues: tuple[dict[str, object], ...] = ()
+    scanned = 0
+    positions: dict[str, dict[str, int]] = {}
+    jobs: list[str] = []
+    if config.runs_lag:
+        lag = lag_audit.run(spark, config)
+        partition_rows = findings.plain_rows(lag.partitions.collect())
+        groups = findings.merge_lag(
+            groups, [r for r in findings.plain_rows(lag.groups.collect())], []
+        )
+        partitions = tuple(sorted(partition_rows, key=_partition_order))
+        jobs.append("lag")
+    if config.runs_revive:
+        inputs, revive = revive_backlog_audit.run(spark, config, token=token)
+        groups = findings.merge_backlog(groups, findings.plain_rows(revive.totals.collect()))
+        queues = findings.plain_rows(
+            revive.queues.orderBy("broker_name", "revive_queue_id").collect()
+        )
+        scanned = inputs.revive_log.count()
+        positions = {"start": inputs.start_positions, "end": inputs.end_positions}
+        jobs.append("revive")
+    summary = AuditSummary(
+        run_id=config.run_id,
+        audited_at_ms=audited_at_ms,
+        brokers=config.brokers,
+        jobs=tuple(jobs),
+        groups=groups,
+        partitions=partitions,
+        revive_queues=queues,
+        revive_records_scanned=scanned,
+        revive_positions=positions,
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+    outputs.write_summary(config.output_dir, summary.to_json())
+    outputs.write_metrics(config.output_dir, metrics.render(summary))
+    return summary
+
+
+def _partition_order(row: dict[str, object]) -> tuple[str, str, str, int]:
+    return (
+        str(row["group"]),
+        str(row["topic"]),
+        str(row["broker_name"]),
+        int(str(row["queue_id"])),
+    )

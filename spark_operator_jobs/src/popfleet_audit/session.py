@@ -1,0 +1,48 @@
+"""The SparkSession of an audit run: built only by entry points (``main``, tests, bench).
+
+Local masters (``local``, ``local[N]``) run their Python workers with this
+interpreter and bind to loopback; a Kubernetes master (spark-submit) brings its
+own settings. Every session has the ``popfleet`` data source registered.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from pyspark import SparkConf
+from pyspark.sql import SparkSession
+
+from popfleet_audit import datasource
+
+LOCAL_CONF: dict[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "4",
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+    "spark.sql.session.timeZone": "UTC",
+}
+
+
+def build(master: str | None, *, app_name: str = "popfleet-audit") -> SparkSession:
+    """A session for ``master`` (None: whatever spark-submit configured)."""
+    builder = SparkSession.builder.appName(app_name)
+    if master is not None:
+        builder = builder.master(master)
+    effective = master if master is not None else SparkConf().get("spark.master", "local[*]")
+    if effective.startswith("local"):
+        # Workers must import pyspark and popfleet_audit: run them with this interpreter.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        for key, value in LOCAL_CONF.items():
+            builder = builder.config(key, value)
+    else:
+        builder = builder.config("spark.sql.session.timeZone", "UTC")
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    register(spark)
+    return spark
+
+
+def register(spark: SparkSession) -> None:
+    spark.dataSource.register(datasource.PopfleetDataSource)
