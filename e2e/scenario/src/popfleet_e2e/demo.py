@@ -1,0 +1,136 @@
+"""``make demo``: the user story live on the local testbed, running until interrupted.
+
+``popfleet-demo up``: bring up a testbed in ``--run-dir`` (or reuse the one running there),
+then run the scenario's first steps (``scenario.SETUP``: helm install, 3 brokers, the example
+Topic and ConsumerGroup, traffic with one hung consumer, PULL -> POP, the backlog drains),
+show ``kubectl get bc,mqt,cg`` and the audit summary when there is one, and keep the traffic
+going with a status line every ``--every-s`` seconds until SIGINT/SIGTERM. The testbed stays
+up afterwards so that people can look around with kubectl.
+
+``popfleet-demo down``: stop a running demo (its PID is recorded in the run directory, with
+the start time that guards against PID reuse), then the testbed (by its recorded PIDs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from popfleet_e2e import brokers, scenario, steps
+from popfleet_e2e import testbed as testbed_access
+from popfleet_e2e.access import ClusterAccess, ScenarioError
+from popfleet_testbed import controlplane, errors, processes
+
+NAMESPACE = "demo"
+PID_FILE = "demo.pid"
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _testbed(run_dir: Path) -> controlplane.Info:
+    if controlplane.running(run_dir) and (run_dir / "testbed.json").exists():
+        say(f"testbed: reusing the one running in {run_dir}")
+        return controlplane.Info.load(run_dir)
+    say(f"testbed: starting the control plane and the process kubelet in {run_dir}")
+    started = time.monotonic()
+    info = controlplane.up(run_dir)
+    say(f"testbed: up in {time.monotonic() - started:.0f}s at {info.server_url}")
+    return info
+
+
+def _show(access: ClusterAccess) -> None:
+    say(f"\n$ kubectl get bc,mqt,cg -n {access.namespace}")
+    say(access.kubectl("get", "bc,mqt,cg", "-n", access.namespace).rstrip())
+    cg = access.get("consumergroup", steps.GROUP)
+    audit = (cg.get("status") or {}).get("audit")
+    say(f"audit summary of {steps.GROUP}: {audit}" if audit else "audit summary: none yet")
+
+
+def _status_line(story: steps.Story) -> str:
+    counts = story.running_traffic().tally.counts()
+    try:
+        listed = brokers.current(story.access, steps.CLUSTER)
+        lag = sum(brokers.lag_by_queue(story.access, listed, steps.GROUP, steps.TOPIC).values())
+        lag_text = f"lag {lag}"
+    except ScenarioError as exc:
+        lag_text = f"lag unknown ({exc})"
+    return (
+        f"{time.strftime('%H:%M:%S')} sent {counts['acked']} (failed {counts['failed_sends']}), "
+        f"consumed {counts['consumed']}, hung consumer sits on {counts['held_by_hung']}, "
+        f"{lag_text}"
+    )
+
+
+def _hints(info: controlplane.Info) -> None:
+    say("\nLook around (in another shell):")
+    say(f"  export PATH={info.bin_dir}:$PATH")
+    say(f"  export KUBECONFIG={info.layout.admin_kubeconfig}")
+    say(f"  kubectl get bc,mqt,cg -n {NAMESPACE}        # MODE, SYNCED, LAG, BACKLOG")
+    say(f"  kubectl describe cg {steps.GROUP} -n {NAMESPACE}   # ModeApplied, per-broker modes")
+    say(f"  kubectl logs {steps.CLUSTER}-0 -c popack -n {NAMESPACE}")
+    say("Stop with Ctrl-C (traffic stops, the testbed stays); `make demo-down` stops everything.\n")
+
+
+def up(run_dir: Path, *, every_s: float) -> int:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    pid = os.getpid()
+    me = processes.Recorded(pid=pid, start_ticks=processes.start_ticks(pid) or -1)
+    processes.write_pid_file(run_dir / PID_FILE, me)
+    info = _testbed(run_dir)
+    access = testbed_access.access(info, NAMESPACE)
+    story = steps.Story(access)
+    try:
+        scenario.run_steps(story, scenario.SETUP, say=say)
+        _show(access)
+        _hints(info)
+        stop = threading.Event()  # from here on, Ctrl-C and SIGTERM end the loop cleanly
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda _signum, _frame: stop.set())
+        while not stop.wait(every_s):
+            say(_status_line(story))
+    finally:
+        if story.traffic is not None:
+            say("stopping the traffic ...")
+            story.traffic.stop()
+        (run_dir / PID_FILE).unlink(missing_ok=True)
+    say(f"demo stopped; the testbed still runs in {run_dir} (`make demo-down` stops it)")
+    return 0
+
+
+def down(run_dir: Path) -> int:
+    recorded = processes.read_pid_file(run_dir / PID_FILE)
+    if recorded is not None and processes.alive(recorded):
+        say(f"stopping the demo (pid {recorded.pid}) ...")
+        processes.stop(recorded, grace_s=60)
+    (run_dir / PID_FILE).unlink(missing_ok=True)
+    if (run_dir / "testbed.json").exists() or controlplane.running(run_dir):
+        say(f"stopping the testbed in {run_dir} ...")
+        controlplane.down(run_dir)
+    say("demo down: nothing left running")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="popfleet-demo", description=__doc__)
+    parser.add_argument("cmd", choices=("up", "down"))
+    parser.add_argument("--run-dir", type=Path, default=Path("/tmp/popfleet-demo"))
+    parser.add_argument("--every-s", type=float, default=15.0, help="status line interval")
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir.resolve()
+    try:
+        return up(run_dir, every_s=args.every_s) if args.cmd == "up" else down(run_dir)
+    except (ScenarioError, errors.TestbedError) as exc:
+        say(f"popfleet-demo {args.cmd}: {exc}")
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,95 @@
+"""The end-to-end scenario, written once: the steps in order, timed and reported.
+
+Callers: ``e2e/local`` (the testbed, in ``make test``), ``e2e/kind`` (its own access and
+resolver) and ``make demo`` (``demo.py`` runs the first steps and keeps traffic going).
+
+    from popfleet_e2e import scenario
+    from popfleet_e2e.access import ClusterAccess
+    timings = scenario.run(ClusterAccess(kubeconfig=..., namespace="story", resolve=...))
+
+Each step is a function of the ``Story`` that raises ``ScenarioError`` (with what it waited
+for and what it saw) or returns a one-line summary, printed as the step ends. ``run`` always
+stops the traffic it started, even when a step fails.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from popfleet_e2e import lifecycle, logs, steps
+from popfleet_e2e.access import ClusterAccess
+from popfleet_e2e.steps import Story
+
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Step:
+    title: str
+    run: Callable[[Story], str]
+
+
+def _install(story: Story) -> str:
+    return lifecycle.install_chart(story.access)
+
+
+def _logs_clean(story: Story) -> str:
+    story.logbook.collect_brokers(story.access)
+    story.logbook.collect_operator(story.access)
+    return logs.check(story.logbook)
+
+
+def _upgrade(story: Story) -> str:
+    story.logbook.collect_operator(story.access)  # the upgrade replaces the operator's pod
+    return lifecycle.upgrade_with_crd_change(story.access, group=steps.GROUP)
+
+
+def _uninstall(story: Story) -> str:
+    return lifecycle.uninstall_leaves_nothing(story.access)
+
+
+SETUP: tuple[Step, ...] = (
+    Step("helm install the chart (CRDs, operator, RBAC)", _install),
+    Step("kubectl apply a BrokerCluster of 3 brokers", steps.create_cluster),
+    Step("kubectl apply a Topic and a ConsumerGroup (PULL)", steps.apply_topics_and_groups),
+    Step("traffic: producer, 2 PushConsumers, 1 hung PushConsumer", steps.start_traffic),
+    Step("PULL: the hung consumer's queues stall", steps.hung_consumer_stalls_pull),
+    Step("kubectl patch the group to POP; ModeApplied on all brokers", steps.switch_to_pop),
+    Step("the hung consumer's backlog drains", steps.backlog_drains),
+)
+
+FULL: tuple[Step, ...] = (
+    *SETUP,
+    Step("kubectl get cg shows MODE, LAG, BACKLOG", steps.columns_show_mode_lag_backlog),
+    Step("delete a broker pod mid-traffic", steps.broker_pod_deleted_mid_traffic),
+    Step("no acknowledged message lost", steps.nothing_acknowledged_is_lost),
+    Step("helm upgrade: new chart version with a CRD change", _upgrade),
+    Step("operator and broker logs: no unexpected errors", _logs_clean),
+    Step("helm uninstall leaves nothing behind", _uninstall),
+)
+
+
+def run_steps(story: Story, chosen: Sequence[Step], *, say: Say = print) -> dict[str, float]:
+    """Run ``chosen`` in order; seconds per step title. Does not stop the traffic."""
+    timings: dict[str, float] = {}
+    for number, step in enumerate(chosen, start=1):
+        say(f"[{number}/{len(chosen)}] {step.title} ...")
+        started = time.monotonic()
+        summary = step.run(story)
+        timings[step.title] = time.monotonic() - started
+        say(f"      ok in {timings[step.title]:.1f}s: {summary}")
+    return timings
+
+
+def run(
+    access: ClusterAccess, *, chosen: Sequence[Step] = FULL, say: Say = print
+) -> dict[str, float]:
+    """The whole story on ``access``; traffic is stopped whatever happens."""
+    story = Story(access)
+    try:
+        return run_steps(story, chosen, say=say)
+    finally:
+        if story.traffic is not None:
+            story.traffic.stop()

@@ -1,0 +1,252 @@
+"""The story's steps on the cluster, each a function of the ``Story`` returning a summary line.
+
+DESIGN §1 in order: a BrokerCluster of 3 brokers from ``crds/examples`` → its Topic and
+ConsumerGroup (PULL) → traffic with the official client, one PushConsumer hung → the hung
+consumer stalls its PULL queues → ``kubectl patch`` the group to POP → ``ModeApplied`` on every
+broker (read back from each) → the stalled backlog drains → ``kubectl get cg`` columns → a
+broker pod deleted mid-traffic comes back with its modes → no acknowledged message lost.
+Chart install, upgrade and uninstall are in ``lifecycle``; the log check in ``logs``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from popfleet_e2e import brokers, conditions, logs, waits
+from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
+from popfleet_e2e.traffic import Traffic
+
+CLUSTER = "demo"  # names in crds/examples
+TOPIC = "orders"
+GROUP = "billing"
+REPLICAS = 3
+POP_PATCH: Obj = {"spec": {"consumeMode": "POP", "popShareQueueNum": 1}}
+STALL_MIN_MESSAGES = 20  # backlog that shows the hung consumer's PULL queues stand still
+
+
+@dataclass
+class Story:
+    access: ClusterAccess
+    traffic: Traffic | None = None
+    stalled: dict[tuple[str, int], int] = field(default_factory=dict)
+    logbook: logs.LogBook = field(default_factory=logs.LogBook)
+
+    def running_traffic(self) -> Traffic:
+        if self.traffic is None:
+            raise ScenarioError("no traffic: run the start_traffic step first")
+        return self.traffic
+
+
+def ensure_namespace(access: ClusterAccess) -> None:
+    if access.get_or_none("namespace", access.namespace) is None:
+        access.kubectl("create", "namespace", access.namespace)
+
+
+def _members_everywhere(access: ClusterAccess, listed: list[brokers.Broker]) -> bool:
+    want = sorted((b.name, b.endpoint) for b in listed)
+    for broker in listed:
+        members = brokers.call(access, broker, lambda admin: admin.members())
+        if sorted((m.broker_name, m.endpoint) for m in members) != want:
+            return False
+    return True
+
+
+def _ready_with(obj: Obj, replicas: int) -> bool:
+    status = obj.get("status") or {}
+    return status.get("readyBrokers") == replicas and len(brokers.listed(obj)) == replicas
+
+
+def create_cluster(story: Story) -> str:
+    """``kubectl apply`` the example BrokerCluster; 3 brokers Ready, each knowing all 3."""
+    access = story.access
+    ensure_namespace(access)
+    access.apply_files([access.examples / "brokercluster.yaml"])
+    bc = conditions.wait(
+        access, "brokercluster", CLUSTER, "Ready", timeout_s=240,
+        also=lambda obj: _ready_with(obj, REPLICAS), what=f"{REPLICAS} brokers ready",
+    )  # fmt: skip
+    listed = brokers.listed(bc)
+    waits.until(
+        lambda: _members_everywhere(access, listed), timeout_s=60,
+        what="every broker lists all members",
+    )  # fmt: skip
+    return ", ".join(f"{b.name}@{b.endpoint}" for b in listed)
+
+
+def _modes_everywhere(access: ClusterAccess, mode: str, share: int) -> bool:
+    listed = brokers.current(access, CLUSTER)
+    if len(listed) != REPLICAS:
+        return False
+    return all(brokers.modes(access, b, GROUP) == [(TOPIC, mode, share)] for b in listed)
+
+
+def apply_topics_and_groups(story: Story) -> str:
+    """``kubectl apply`` the example Topic and ConsumerGroup; both synced on every broker."""
+    access = story.access
+    access.apply_files([access.examples / "topic.yaml", access.examples / "consumergroup.yaml"])
+    topic = conditions.wait(access, "topic", TOPIC, "TopicSynced", timeout_s=90)
+    conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=90)
+    waits.until(
+        lambda: _modes_everywhere(access, "PULL", 0), timeout_s=30,
+        what=f"{GROUP} PULL on every broker",
+    )  # fmt: skip
+    for broker in brokers.current(access, CLUSTER):
+        names = [t.name for t in brokers.call(access, broker, lambda admin: admin.topics())]
+        if TOPIC not in names:
+            raise ScenarioError(f"{broker.name} has no topic {TOPIC}: {names}")
+    return f"topic {TOPIC} synced {topic['status'].get('syncedBrokers')}, group {GROUP} PULL"
+
+
+def start_traffic(story: Story) -> str:
+    """A producer, two healthy PushConsumers and one hung PushConsumer on the group."""
+    access = story.access
+    endpoints = brokers.bootstrap(access, brokers.current(access, CLUSTER))
+    story.traffic = Traffic(endpoints=endpoints, topic=TOPIC, group=GROUP)
+    story.traffic.start()
+    tally = story.traffic.tally
+    waits.until(
+        lambda: len(tally.consumed) >= 20 and tally.held, timeout_s=90,
+        what="healthy consumers consuming and the hung one holding messages",
+        seen=lambda: str(tally.counts()),
+    )  # fmt: skip
+    return f"bootstrap {endpoints}; {tally.counts()}"
+
+
+def _total_lag(access: ClusterAccess) -> dict[tuple[str, int], int]:
+    return brokers.lag_by_queue(access, brokers.current(access, CLUSTER), GROUP, TOPIC)
+
+
+def hung_consumer_stalls_pull(story: Story) -> str:
+    """In PULL mode the hung consumer owns queues exclusively: their backlog only grows."""
+    access = story.access
+
+    def stalled() -> dict[tuple[str, int], int] | None:
+        lag = _total_lag(access)
+        behind = {q: n for q, n in lag.items() if n >= 3}
+        return behind if sum(behind.values()) >= STALL_MIN_MESSAGES else None
+
+    story.stalled = waits.until(
+        stalled, timeout_s=120, what=f"{STALL_MIN_MESSAGES} messages stuck behind the hung consumer"
+    )
+    return f"{sum(story.stalled.values())} messages stuck on {len(story.stalled)} queues"
+
+
+def switch_to_pop(story: Story) -> str:
+    """``kubectl patch`` the group to POP; ModeApplied, and every broker reads back POP."""
+    access = story.access
+    access.merge_patch("consumergroup", GROUP, POP_PATCH)
+
+    def all_pop(obj: Obj) -> bool:
+        entries = (obj.get("status") or {}).get("brokers") or []
+        return len(entries) == REPLICAS and all(
+            e.get("mode") == "POP" and e.get("popShareQueueNum") == 1 and e.get("synced")
+            for e in entries
+        )
+
+    conditions.wait(
+        access, "consumergroup", GROUP, "ModeApplied", timeout_s=90, also=all_pop,
+        what="POP/1 on every broker in status",
+    )  # fmt: skip
+    waits.until(
+        lambda: _modes_everywhere(access, "POP", 1), timeout_s=30,
+        what=f"{GROUP} POP/1 read back on every broker",
+    )  # fmt: skip
+    return f"{GROUP}: POP, popShareQueueNum 1 on {REPLICAS}/{REPLICAS} brokers"
+
+
+def backlog_drains(story: Story) -> str:
+    """With the producer paused, every queue — the stalled ones too — reaches zero lag."""
+    access, traffic = story.access, story.running_traffic()
+    traffic.pause()
+    try:
+        last: list[dict[tuple[str, int], int]] = [{}]
+
+        def drained() -> bool:
+            last[0] = _total_lag(access)
+            return bool(last[0]) and not any(last[0].values())
+
+        waits.until(
+            drained, timeout_s=120, what="the group's lag to reach 0 on every queue",
+            seen=lambda: f"lag {sum(last[0].values())} on {[q for q, n in last[0].items() if n]}",
+        )  # fmt: skip
+    finally:
+        traffic.resume()
+    return f"{sum(story.stalled.values())} stuck messages consumed; lag 0 on {len(last[0])} queues"
+
+
+def columns_show_mode_lag_backlog(story: Story) -> str:
+    """``kubectl get cg`` has MODE, LAG and BACKLOG columns and shows the group as POP."""
+    listing = story.access.kubectl("get", "cg", "-n", story.access.namespace)
+    header, *rows = listing.splitlines()
+    missing = [c for c in ("MODE", "LAG", "BACKLOG") if c not in header.split()]
+    row = next((r.split() for r in rows if r.split()[:1] == [GROUP]), [])
+    if missing or "POP" not in row:
+        raise ScenarioError(f"kubectl get cg lacks {missing} or POP for {GROUP}:\n{listing}")
+    return " | ".join(" ".join(line.split()) for line in listing.splitlines())
+
+
+def _pod_uid(access: ClusterAccess, name: str) -> str | None:
+    pod = access.get_or_none("pod", name)
+    return None if pod is None else str(pod["metadata"]["uid"])
+
+
+def broker_pod_deleted_mid_traffic(story: Story) -> str:
+    """Delete one broker pod while the producer sends; it comes back with its modes."""
+    access, traffic = story.access, story.running_traffic()
+    victim = f"{CLUSTER}-1"
+    old_uid = _pod_uid(access, victim)
+    story.logbook.collect_brokers(access, [victim])  # its logs go with the pod
+    sent_before = len(traffic.tally.acked)
+    access.kubectl("delete", "pod", victim, "-n", access.namespace, "--wait=false")
+
+    def replaced_and_ready() -> bool:
+        pod = access.get_or_none("pod", victim)
+        return pod is not None and pod["metadata"]["uid"] != old_uid and _pod_ready(pod)
+
+    waits.until(replaced_and_ready, timeout_s=180, what=f"a new {victim} pod Ready")
+    conditions.wait(
+        access, "brokercluster", CLUSTER, "Ready", timeout_s=120,
+        also=lambda obj: _ready_with(obj, REPLICAS), what=f"{REPLICAS} brokers ready again",
+    )  # fmt: skip
+    waits.until(
+        lambda: _members_everywhere(access, brokers.current(access, CLUSTER)), timeout_s=60,
+        what="every broker lists the new member endpoints",
+    )  # fmt: skip
+    conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=90)
+    waits.until(
+        lambda: _modes_everywhere(access, "POP", 1), timeout_s=60,
+        what=f"{GROUP} still POP/1 on every broker, the new pod included",
+    )  # fmt: skip
+    waits.until(
+        lambda: len(traffic.tally.acked) >= sent_before + 50, timeout_s=120,
+        what="50 more acknowledged sends after the pod came back",
+        seen=lambda: str(traffic.tally.counts()),
+    )  # fmt: skip
+    return f"{victim} replaced, modes re-read POP/1 on all; {traffic.tally.counts()}"
+
+
+def _pod_ready(pod: Obj) -> bool:
+    found = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in found)
+
+
+def nothing_acknowledged_is_lost(story: Story) -> str:
+    """Stop producing; every acknowledged send is consumed by a healthy consumer.
+
+    The hung consumer still sits on its messages: they come back through revive once their
+    invisible time (the broker's default, 60 s) has passed, so this waits longer than that.
+    """
+    access, traffic = story.access, story.running_traffic()
+    traffic.stop_producing()
+    tally = traffic.tally
+    waits.until(
+        lambda: not tally.missing(), timeout_s=240,
+        what="every acknowledged message consumed by a healthy consumer",
+        seen=lambda: f"{tally.counts()}, missing e.g. {tally.missing()[:5]}",
+    )  # fmt: skip
+    waits.until(
+        lambda: not any(_total_lag(access).values()), timeout_s=60, what="lag 0 on every queue"
+    )
+    counts = tally.counts()
+    traffic.stop()
+    return f"all {counts['acked']} acknowledged messages consumed; {counts}"

@@ -1,0 +1,221 @@
+"""Traffic through the official ``rocketmq-python-client``: a producer and PushConsumers.
+
+Why: the story's claims are about what clients see. One producer thread sends numbered bodies
+at a bounded rate and records every send the broker acknowledged; healthy PushConsumers
+record every body they consume and ack it; one **hung** PushConsumer takes messages and never
+finishes them (no ack, no nack) while the client keeps heartbeating, the way a stuck worker
+does. ``Tally`` answers the loss question: every acknowledged send must be consumed by a
+healthy consumer at least once (duplicates are allowed: delivery is at least once).
+
+Bounds: the producer stops after ``max_messages`` or ``max_s``; the hung listener gives up
+its messages (FAILURE, so a nack, never an ack) when ``stop`` releases it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+)
+
+HUNG_HOLD_LIMIT_S = 900  # a hung listener is released by stop(); this only bounds a leak
+
+
+def configuration(endpoints: str) -> Any:
+    """``endpoints``: ``host:port`` or several joined with ``;`` (the client's bootstrap)."""
+    return ClientConfiguration(endpoints, Credentials(), request_timeout=5)
+
+
+@dataclass
+class Tally:
+    """What was sent (acknowledged or not) and what each consumer got, thread-safe."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    acked: dict[bytes, str] = field(default_factory=dict)  # body -> message id
+    failed_sends: list[str] = field(default_factory=list)
+    consumed: dict[bytes, int] = field(default_factory=dict)  # healthy consumers only
+    held: set[bytes] = field(default_factory=set)  # taken by the hung consumer
+
+    def sent(self, body: bytes, message_id: str) -> None:
+        with self.lock:
+            self.acked[body] = message_id
+
+    def send_failed(self, body: bytes, error: str) -> None:
+        with self.lock:
+            self.failed_sends.append(f"{body.decode()}: {error}")
+
+    def got(self, body: bytes) -> None:
+        with self.lock:
+            self.consumed[body] = self.consumed.get(body, 0) + 1
+
+    def hold(self, body: bytes) -> None:
+        with self.lock:
+            self.held.add(body)
+
+    def missing(self) -> list[bytes]:
+        """Acknowledged sends no healthy consumer has consumed yet."""
+        with self.lock:
+            return sorted(b for b in self.acked if b not in self.consumed)
+
+    def counts(self) -> dict[str, int]:
+        with self.lock:
+            return {
+                "acked": len(self.acked),
+                "failed_sends": len(self.failed_sends),
+                "consumed": len(self.consumed),
+                "redelivered": sum(n - 1 for n in self.consumed.values()),
+                "held_by_hung": len(self.held),
+            }
+
+
+class _Recording(MessageListener):  # type: ignore[misc]
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
+
+    def consume(self, message: Any) -> Any:
+        self._tally.got(bytes(message.body))
+        return ConsumeResult.SUCCESS
+
+
+class _Hung(MessageListener):  # type: ignore[misc]
+    """Takes a message and sits on it until released; then gives it back (FAILURE = nack)."""
+
+    def __init__(self, tally: Tally) -> None:
+        self._tally = tally
+        self.release = threading.Event()
+
+    def consume(self, message: Any) -> Any:
+        self._tally.hold(bytes(message.body))
+        self.release.wait(HUNG_HOLD_LIMIT_S)
+        return ConsumeResult.FAILURE
+
+
+class _Producing(threading.Thread):
+    def __init__(
+        self, endpoints: str, topic: str, tally: Tally, *, rate_per_s: float, max_messages: int,
+        max_s: float,
+    ) -> None:  # fmt: skip
+        super().__init__(name="e2e-producer", daemon=True)
+        self._endpoints, self._topic, self._tally = endpoints, topic, tally
+        self._interval_s = 1.0 / rate_per_s
+        self._max_messages, self._max_s = max_messages, max_s
+        self.stopping = threading.Event()
+        self.resumed = threading.Event()
+        self.resumed.set()
+        self.started_up = threading.Event()
+        self.error: BaseException | None = None
+        self.sent = 0
+
+    def run(self) -> None:
+        try:
+            producer = Producer(configuration(self._endpoints), (self._topic,))
+            producer.startup()
+        except Exception as exc:  # noqa: BLE001 -- reported by Traffic.start
+            self.error = exc
+            self.started_up.set()
+            return
+        self.started_up.set()
+        try:
+            self._loop(producer)
+        finally:
+            producer.shutdown()
+
+    def _loop(self, producer: Any) -> None:
+        deadline = time.monotonic() + self._max_s
+        while not self.stopping.is_set() and self.sent < self._max_messages:
+            if time.monotonic() >= deadline:
+                return
+            if not self.resumed.wait(0.5):
+                continue
+            body = f"e2e-{self.sent:06d}".encode()
+            self.sent += 1
+            message = Message()
+            message.topic = self._topic
+            message.body = body
+            message.tag = "e2e"
+            try:
+                receipt = producer.send(message)
+            except Exception as exc:  # noqa: BLE001 -- an unacknowledged send is data here
+                self._tally.send_failed(body, f"{type(exc).__name__}: {exc}")
+            else:
+                self._tally.sent(body, str(receipt.message_id))
+            self.stopping.wait(self._interval_s)  # pacing, not synchronisation
+
+
+@dataclass
+class Traffic:
+    """A running producer, ``healthy`` recording PushConsumers and one hung PushConsumer."""
+
+    endpoints: str
+    topic: str
+    group: str
+    healthy: int = 2
+    rate_per_s: float = 10.0
+    max_messages: int = 20_000
+    max_s: float = 1_800.0
+    tally: Tally = field(default_factory=Tally)
+    _consumers: list[Any] = field(default_factory=list)
+    _hung: _Hung | None = None
+    _producing: _Producing | None = None
+
+    def start(self) -> None:
+        """Consumers first (so the group has members), then the producer."""
+        subscription = {self.topic: FilterExpression("*")}
+        for _ in range(self.healthy):
+            self._start_consumer(_Recording(self.tally), subscription, cache=1024, threads=4)
+        self._hung = _Hung(self.tally)
+        # One consumption thread and a tiny cache: it holds about one message per queue it is
+        # given and then stops receiving, like a worker stuck on its first task.
+        self._start_consumer(self._hung, subscription, cache=1, threads=1)
+        self._producing = _Producing(
+            self.endpoints, self.topic, self.tally, rate_per_s=self.rate_per_s,
+            max_messages=self.max_messages, max_s=self.max_s,
+        )  # fmt: skip
+        self._producing.start()
+        self._producing.started_up.wait(60)
+        if self._producing.error is not None:
+            raise self._producing.error
+
+    def _start_consumer(
+        self, listener: Any, subscription: dict[str, Any], *, cache: int, threads: int
+    ) -> None:
+        consumer = PushConsumer(
+            configuration(self.endpoints), self.group, listener, subscription,
+            max_cache_message_count=cache, consumption_thread_count=threads,
+        )  # fmt: skip
+        consumer.startup()
+        self._consumers.append(consumer)
+
+    def pause(self) -> None:
+        if self._producing is not None:
+            self._producing.resumed.clear()
+
+    def resume(self) -> None:
+        if self._producing is not None:
+            self._producing.resumed.set()
+
+    def stop_producing(self) -> None:
+        if self._producing is not None:
+            self._producing.stopping.set()
+            self._producing.resumed.set()
+            self._producing.join(30)
+
+    def stop(self) -> None:
+        """Stop everything; the hung consumer lets go of its messages (nack) first."""
+        self.stop_producing()
+        if self._hung is not None:
+            self._hung.release.set()
+        for consumer in self._consumers:
+            consumer.shutdown()
+        self._consumers.clear()
