@@ -1,7 +1,7 @@
 """``popbroker store``: the store wire API plus the admin API on the same open store.
 
     popbroker store --data-dir DIR --socket PATH [--listen HOST:PORT]
-                    [--admin-listen HOST:PORT] [--admin-token-file PATH]
+                    [--admin-listen HOST:PORT] [--admin-token-file PATH] [--admin-port-file PATH]
                     [--metrics-listen HOST:PORT [--metrics-port-file PATH]] ...
 
 In a broker pod the store container owns the data volume, so it is the one that
@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
@@ -41,29 +42,35 @@ def _write_port(path: Path | None, port: int) -> None:
         os.replace(tmp, path)
 
 
+@dataclass(frozen=True, slots=True)
+class Companion:
+    """A server beside the store: where it listens (None: off) and where its port is written."""
+
+    listen: str | None
+    port_file: Path | None
+
+
 def _companions(
-    admin_listen: str | None,
-    token: str | None,
-    metrics_listen: str | None,
-    metrics_port_file: Path | None,
+    admin: Companion, token: str | None, metrics: Companion
 ) -> Callable[[StoreApi], Awaitable[Callable[[], Awaitable[None]]]] | None:
     """Start the admin API and the metrics endpoint on the open store (either may be off)."""
-    if not admin_listen and not metrics_listen:
+    if not admin.listen and not metrics.listen:
         return None
-    if metrics_listen:
-        exposition.split_host_port(metrics_listen)  # a bad value fails before the store opens
+    if metrics.listen:
+        exposition.split_host_port(metrics.listen)  # a bad value fails before the store opens
 
     async def start(store: StoreApi) -> Callable[[], Awaitable[None]]:
         stops: list[Callable[[], Awaitable[None]]] = []
-        if metrics_listen:
+        if metrics.listen:
             registry = CollectorRegistry()
             observe_flushes(store, registry)
-            metrics = await exposition.serve_metrics(metrics_listen, registry)
-            _write_port(metrics_port_file, metrics.port)
-            stops.append(metrics.stop)
-        if admin_listen:
-            admin = await admin_server.serve_admin(store, listen=admin_listen, token=token)
-            stops.append(admin.stop)
+            metrics_server = await exposition.serve_metrics(metrics.listen, registry)
+            _write_port(metrics.port_file, metrics_server.port)
+            stops.append(metrics_server.stop)
+        if admin.listen:
+            admin_api = await admin_server.serve_admin(store, listen=admin.listen, token=token)
+            _write_port(admin.port_file, admin_api.port)
+            stops.append(admin_api.stop)
 
         async def stop_all() -> None:
             for stop in reversed(stops):
@@ -82,6 +89,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=Path,
         help="the admin token (else $POPFLEET_ADMIN_TOKEN; neither: no token)",
     )
+    parser.add_argument("--admin-port-file", type=Path, help="write the admin port here")
     parser.add_argument("--metrics-listen", help="HOST:PORT of the Prometheus /metrics endpoint")
     parser.add_argument("--metrics-port-file", type=Path, help="write the metrics port here")
     args = serve_main.parse_args(argv, parser)
@@ -90,7 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         token = admin_server.load_token(args.admin_token_file) if args.admin_listen else None
-        on_open = _companions(args.admin_listen, token, args.metrics_listen, args.metrics_port_file)
+        on_open = _companions(
+            Companion(args.admin_listen, args.admin_port_file),
+            token,
+            Companion(args.metrics_listen, args.metrics_port_file),
+        )
         asyncio.run(
             serve_main.run(
                 args.data_dir,

@@ -1,0 +1,67 @@
+"""The /metrics endpoint's own behaviour, and the flush histogram fed by the store's list."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from prometheus_client import CollectorRegistry, Gauge
+
+from popbroker.metrics import exposition
+from popbroker.metrics.store import ObservingList, flush_histogram
+
+
+async def _get(port: int, path: str) -> tuple[str, str]:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    await writer.drain()
+    raw = (await reader.read()).decode()
+    writer.close()
+    await writer.wait_closed()
+    head, _, body = raw.partition("\r\n\r\n")
+    return head.splitlines()[0], body
+
+
+async def test_a_scrape_runs_the_refreshers_and_survives_a_broken_one() -> None:
+    registry = CollectorRegistry()
+    gauge = Gauge("demo_value", "demo", registry=registry)
+    calls: list[int] = []
+
+    async def refresh() -> None:
+        calls.append(1)
+        gauge.set(len(calls))
+
+    async def broken() -> None:
+        raise RuntimeError("store unreachable")
+
+    server = await exposition.serve_metrics("127.0.0.1:0", registry, refreshers=[broken, refresh])
+    try:
+        status, body = await _get(server.port, "/metrics")
+        assert status == "HTTP/1.1 200 OK"
+        assert "demo_value 1.0" in body
+        assert "popfleet_metrics_refresh_errors_total 1.0" in body
+        _, body = await _get(server.port, "/metrics")
+        assert "demo_value 2.0" in body
+        status, _ = await _get(server.port, "/secrets")
+        assert status == "HTTP/1.1 404 Not Found"
+    finally:
+        await server.stop()
+
+
+@pytest.mark.parametrize("listen", ["9100", "host:", ":9100", "host:99999", "host:port"])
+def test_bad_listen_values_are_refused(listen: str) -> None:
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        exposition.split_host_port(listen)
+
+
+def test_the_observing_list_is_still_the_stores_bounded_list() -> None:
+    registry = CollectorRegistry()
+    histogram = flush_histogram(registry)
+    latencies = ObservingList(histogram, [5.0])
+    latencies.append(2.0)
+    latencies.append(30.0)
+    del latencies[:1]
+    assert latencies == [2.0, 30.0]
+    assert registry.get_sample_value("popfleet_store_flush_seconds_count") == 2
+    assert registry.get_sample_value("popfleet_store_flush_seconds_bucket", {"le": "0.0025"}) == 1
+    assert registry.get_sample_value("popfleet_store_flush_seconds_sum") == pytest.approx(0.032)
