@@ -210,13 +210,16 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         client = services.clients.get(client_id) if client_id is not None else None
         honour_queue_id = client is not None and client.kind is ClientKind.PUSH_CONSUMER
         try:
-            delivered = await services.receiver.receive(
-                convert.receive_request(
-                    request,
-                    deadline_remaining_ms=None if remaining_s is None else int(remaining_s * 1000),
-                    honour_queue_id=honour_queue_id,
-                )
+            receive = convert.receive_request(
+                request,
+                deadline_remaining_ms=None if remaining_s is None else int(remaining_s * 1000),
+                honour_queue_id=honour_queue_id,
             )
+            if honour_queue_id and client_id is not None:  # pops only what it still holds
+                receive = services.router.guarded(
+                    receive, client_id=client_id, clients=services.clients
+                )
+            delivered = await services.receiver.receive(receive)
         except Exception as exc:  # noqa: BLE001 - the edge answers every failure
             yield service.ReceiveMessageResponse(status=_failure(exc, "ReceiveMessage"))
         else:

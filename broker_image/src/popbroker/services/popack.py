@@ -80,7 +80,12 @@ class PopackServices:
         self.flusher = CheckpointFlusher(store=store, state=self.state, settings=settings)
         self.clients = ClientRegistry(clock=clock, expiry_ms=settings.client_expiry_ms)
         self.router = Router(
-            store=store, config=self.config, broker_name=settings.broker_name, advertised=advertised
+            store=store,
+            config=self.config,
+            broker_name=settings.broker_name,
+            advertised=advertised,
+            clock=clock,
+            mode_ttl_ms=settings.config_ttl_ms,
         )
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

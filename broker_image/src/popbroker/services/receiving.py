@@ -19,6 +19,13 @@ Steps:
      wake-up (or for a blocked FIFO queue's unblock time) and attempt again.
   5. A non-empty answer that saw more messages behind it wakes the next
      parked receive of the same key.
+  6. A push consumer's receive carries ``still_assigned`` (see
+     :meth:`popbroker.services.routing.Router.holds`), checked before the
+     first pop and after every wait: once its queue is no longer assigned to
+     it (a rebalance since the client's last ``QueryAssignment``) it pops
+     nothing more, passes on the wake-up it took, and answers "no message"
+     at the end of its poll budget (answering at once would make the client
+     spin until its next assignment refresh).
 
 Callers: the gRPC endpoint's ReceiveMessage handler.
 """
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from popbroker.pop import errors as pop_errors
@@ -57,6 +65,7 @@ class ReceiveRequest:
     poll_ms: int | None = None  # the client's long-polling timeout
     deadline_remaining_ms: int | None = None  # time left before the client's deadline
     attempt_id: str | None = None
+    still_assigned: Callable[[], Awaitable[bool]] | None = None  # step 6 (push consumers)
 
 
 def poll_budget_ms(
@@ -68,6 +77,10 @@ def poll_budget_ms(
     if deadline_remaining_ms is not None:
         budget = min(budget, deadline_remaining_ms - settings.long_polling_margin_ms)
     return max(0, budget)
+
+
+async def _still_assigned(request: ReceiveRequest) -> bool:
+    return request.still_assigned is None or await request.still_assigned()
 
 
 class Receiver:
@@ -87,12 +100,16 @@ class Receiver:
         self._settings = settings
 
     async def receive(self, request: ReceiveRequest) -> tuple[DeliveredMessage, ...]:
-        """Steps 1-5; an empty tuple means "no message" (``MESSAGE_NOT_FOUND``)."""
+        """Steps 1-6; an empty tuple means "no message" (``MESSAGE_NOT_FOUND``)."""
         pop_request = await self._validate(request)
         poll_ms = self.poll_budget_ms(request)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + poll_ms / 1000
+        if not await _still_assigned(request):
+            await asyncio.sleep(poll_ms / 1000)  # step 6
+            return ()
         waiter: Waiter | None = None
+        unassigned = False
         if poll_ms > 0:
             waiter = self._polling.register(
                 pop_request.topic, pop_request.group, pop_request.queue_id
@@ -109,6 +126,13 @@ class Receiver:
                     until_unblock_s = (outcome.retry_at_ms - self._popper.now_ms()) / 1000
                     remaining_s = min(remaining_s, max(until_unblock_s, 0.005))
                 await waiter.wait(remaining_s)
+                if not await _still_assigned(request):
+                    unassigned = True
+                    break
+        if unassigned:  # step 6
+            self._polling.notify(pop_request.topic, pop_request.group, pop_request.queue_id)
+            await asyncio.sleep(max(0.0, deadline - loop.time()))
+            return ()
         if outcome.messages and outcome.rest_num > 0:
             self._polling.notify(pop_request.topic, pop_request.group, pop_request.queue_id)
         return outcome.messages

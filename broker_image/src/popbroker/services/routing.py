@@ -11,18 +11,33 @@ permission. Accepted message kinds come from the topic's message type.
 Assignments (DESIGN §3.3): the queues of every member, given to the group's
 live clients with :func:`popbroker.pop.assignment.assign` under the
 group/topic's consume mode (PULL: exclusive; POP: ``allocate4Pop``, queue -1
-meaning "every queue of that broker").
+meaning "every queue of that broker"). Consume modes are read from the store
+at most every ``mode_ttl_ms``, so an answer is at most that stale after an
+admin ``set-mode``.
+
+Held queues: a push consumer receives by the queue ids of its last
+assignment, and its receives stay parked for a whole long poll. After a
+rebalance (a mode switch, a client joining or leaving) such a receive would
+still pop a queue that is now another consumer's, which breaks PULL's
+exclusivity. :meth:`Router.holds` answers whether the client's *current*
+assignment covers a queue of this broker (a specific queue is covered by
+itself or by -1; -1 only by -1); :meth:`Router.guarded` attaches that check
+to a push consumer's receive, which re-checks it before every pop attempt.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 from dataclasses import dataclass
 
 from popbroker.pop import assignment
 from popbroker.services.clients import ClientRegistry
 from popbroker.services.configcache import ConfigCache
 from popbroker.services.messages import MessageKind
+from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.sending import accepted_kinds
+from popbroker.services.settings import Clock, wall_clock_ms
 from popbroker.store.api import ConsumeMode, ConsumeModeConfig, Permission, StoreApi, TopicConfig
 
 
@@ -79,11 +94,17 @@ class Router:
         config: ConfigCache,
         broker_name: str,
         advertised: Endpoint,
+        clock: Clock = wall_clock_ms,
+        mode_ttl_ms: int = 1_000,
     ) -> None:
         self._store = store
         self._config = config
         self._broker_name = broker_name
         self._advertised = advertised
+        self._clock = clock
+        self._mode_ttl_ms = mode_ttl_ms
+        self._modes: dict[tuple[str, str], ConsumeModeConfig] = {}
+        self._modes_read_at_ms: int | None = None
 
     async def members(self) -> list[tuple[str, Endpoint]]:
         """``(broker name, endpoint)`` of every member, this broker included."""
@@ -140,8 +161,36 @@ class Router:
             result.append(found)
         return result
 
+    async def holds(
+        self, *, topic_name: str, group: str, client_id: str, queue_id: int, clients: ClientRegistry
+    ) -> bool:
+        """Whether ``client_id``'s current assignment covers ``queue_id`` of this broker."""
+        assigned = await self.assignment(
+            topic_name=topic_name, group=group, client_id=client_id, clients=clients
+        )
+        mine = {q.queue_id for q in assigned if q.broker_name == self._broker_name}
+        return queue_id in mine or (queue_id >= 0 and assignment.ALL_QUEUES in mine)
+
+    def guarded(
+        self, request: ReceiveRequest, *, client_id: str, clients: ClientRegistry
+    ) -> ReceiveRequest:
+        """A push consumer's ``request``, re-checking before each pop that it holds its queue."""
+        check = functools.partial(
+            self.holds,
+            topic_name=request.topic,
+            group=request.group,
+            client_id=client_id,
+            queue_id=request.queue_id,
+            clients=clients,
+        )
+        return dataclasses.replace(request, still_assigned=check)
+
     async def _consume_mode(self, group: str, topic: str) -> ConsumeModeConfig:
-        for mode in await self._store.consume_modes():
-            if mode.group == group and mode.topic == topic:
-                return mode
+        now_ms = self._clock()
+        if self._modes_read_at_ms is None or now_ms - self._modes_read_at_ms >= self._mode_ttl_ms:
+            self._modes = {(m.group, m.topic): m for m in await self._store.consume_modes()}
+            self._modes_read_at_ms = now_ms
+        found = self._modes.get((group, topic))
+        if found is not None:
+            return found
         return ConsumeModeConfig(group=group, topic=topic, mode=ConsumeMode.PULL)
