@@ -34,9 +34,7 @@ def _push_receive(broker: Broker, client_id: str, queue_id: int, poll_ms: int) -
         honour_queue_id=True,
         poll_ms=poll_ms,
     )
-    return broker.popack.router.guarded(
-        request, client_id=client_id, clients=broker.popack.clients
-    )
+    return broker.popack.router.guarded(request, client_id=client_id, clients=broker.popack.clients)
 
 
 async def _holds(broker: Broker, client_id: str, queue_id: int) -> bool:
