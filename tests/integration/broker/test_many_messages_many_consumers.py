@@ -1,27 +1,23 @@
-"""Thousands of messages, four SimpleConsumers: every message acked exactly once, none lost.
+"""10,000 messages, four SimpleConsumers: every message acked exactly once, none lost.
 
-The official producer sends one message per RPC, so the count is sized to stay
-well inside the per-test timeout; the invisible time (60 s) is long enough that
-no message is redelivered while the test runs, so "exactly once" is exact.
+The official client runs here, in the test process; the broker runs in its own
+processes (``popbroker all``, or store + popack + revive). The official producer
+sends one message per RPC, so ``PRODUCERS`` threads share one producer to keep
+the run short; its own retry policy (the backoff the broker's settings reply
+gives it) is the only retrying. Consumers do not retry at all: a receive or an
+ack that fails fails the test, so a broker that answers ``CANCELLED`` or misses
+a client's deadline under load is caught here. The invisible time (60 s) is
+longer than the run, so no message is redelivered and "exactly once" is exact.
 
-Like any application, the test retries a call the client reports as failed
-(bounded). Under pytest on a loaded machine the official client occasionally
-gets a burst of ``CANCELLED`` answers after ~1500 calls on one connection: the
-broker's gRPC core resets those streams before the Python server ever sees
-them (an open issue; not reproduced outside pytest). The client gives every
-``send`` call a fresh message id, so a failed attempt that had been stored
-after all would show up as an id that was never reported sent: the assertions
-below would catch it.
+Measured on the shared 2-core box: about 25-60 s per deployment.
 """
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -29,36 +25,39 @@ from tests.integration.broker import officialclient as oc
 from tests.integration.broker.conftest import GROUP, TOPIC
 from tests.integration.broker.harness import BrokerProcess
 
-MESSAGES = 2_000
+MESSAGES = 10_000
+PRODUCERS = 4
 CONSUMERS = 4
-ATTEMPTS = 5
+INVISIBLE_S = 60
+CONSUME_DEADLINE_S = 120.0
 
-_T = TypeVar("_T")
 
+def _send_all(broker: BrokerProcess) -> set[str]:
+    sent: list[str] = []
+    lock = threading.Lock()
+    with oc.producer(broker.endpoint, [TOPIC]) as producer:
 
-def _retried(call: Callable[[], _T]) -> _T:
-    for attempt in range(ATTEMPTS):
-        try:
-            return call()
-        except Exception:
-            if attempt == ATTEMPTS - 1:
-                raise
-    raise AssertionError("unreachable")
+        def produce(first: int) -> None:
+            for i in range(first, MESSAGES, PRODUCERS):
+                receipt = producer.send(oc.message(TOPIC, f"{i}".encode()))
+                with lock:
+                    sent.append(receipt.message_id)
+
+        with ThreadPoolExecutor(PRODUCERS) as pool:
+            for future in [pool.submit(produce, k) for k in range(PRODUCERS)]:
+                future.result()
+    assert len(sent) == len(set(sent)) == MESSAGES
+    return set(sent)
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(240)
 def test_every_message_acked_exactly_once(broker: BrokerProcess) -> None:
-    with oc.producer(broker.endpoint, [TOPIC]) as producer:
-        sent = {
-            _retried(
-                functools.partial(producer.send, oc.message(TOPIC, f"{i}".encode()))
-            ).message_id
-            for i in range(MESSAGES)
-        }
-    assert len(sent) == MESSAGES
+    started = time.monotonic()
+    sent = _send_all(broker)
     acked: list[str] = []
     lock = threading.Lock()
-    deadline = time.monotonic() + 90
+    deadline = time.monotonic() + CONSUME_DEADLINE_S
 
     def consume() -> None:
         with oc.simple_consumer(broker.endpoint, GROUP, TOPIC, await_duration_s=2) as consumer:
@@ -66,14 +65,15 @@ def test_every_message_acked_exactly_once(broker: BrokerProcess) -> None:
                 with lock:
                     if len(acked) >= MESSAGES:
                         return
-                received: list[Any] = _retried(functools.partial(consumer.receive, 32, 60))
+                received: list[Any] = consumer.receive(32, INVISIBLE_S)
                 for message in received:
-                    _retried(functools.partial(consumer.ack, message))
+                    consumer.ack(message)
                     with lock:
                         acked.append(message.message_id)
 
     with ThreadPoolExecutor(CONSUMERS) as pool:
         for future in [pool.submit(consume) for _ in range(CONSUMERS)]:
-            future.result(timeout=120)
+            future.result()
+    print(f"{MESSAGES} messages sent and acked in {time.monotonic() - started:.1f} s")
     assert len(acked) == MESSAGES  # no duplicates ...
     assert set(acked) == sent  # ... and nothing lost
