@@ -1,5 +1,6 @@
 """Ingress to broker pods: the client port from anywhere, the admin port from the operator
-and the audit jobs only (any namespace: the operator usually lives in its own)."""
+and the audit jobs only (any namespace: the operator usually lives in its own), and the
+roles' /metrics ports from anywhere (Prometheus may run in any namespace)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,11 @@ def build(owner: ObjectRef) -> dict[str, Any]:
             "ingress": [
                 {"ports": [{"port": names.CLIENT_PORT, "protocol": "TCP"}]},
                 {"from": admin_callers, "ports": [{"port": names.ADMIN_PORT, "protocol": "TCP"}]},
+                {
+                    "ports": [
+                        {"port": port, "protocol": "TCP"} for port in names.METRICS_PORTS.values()
+                    ]
+                },
             ],
         },
     }

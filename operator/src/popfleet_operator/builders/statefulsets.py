@@ -7,7 +7,13 @@ Pod layout (DESIGN §3):
   pod's readiness and liveness (it answers only once the store is open and writable).
 * ``popack`` serves RocketMQ v2 clients on ``$(POD_IP):8081`` and advertises that
   endpoint in routes; readiness is the port accepting connections.
-* ``revive`` redelivers expired checkpoints; it has no port and fails by exiting.
+* ``revive`` redelivers expired checkpoints; it has no client port and fails by exiting.
+* Every role serves Prometheus ``/metrics`` on ``$(POD_IP)`` (ports ``metrics-store``,
+  ``metrics-popack``, ``metrics-revive``: 9100-9102); the pod's ``prometheus.io/*``
+  annotations name popack's, a PodMonitor can list all three port names.
+* What the spec declares reaches popack: ``spec.auth.credentialsSecret`` (key
+  ``credentials.yaml``) mounted read-only → ``--credentials-file``; ``spec.tls.secretName``
+  (``tls.crt``/``tls.key``) → ``--tls-cert/--tls-key``; ``spec.pop`` → the POP tuning flags.
 
 popack and revive exit when the store socket is not there yet; the restart back-off covers
 the first second of a pod's life. Every container runs as a non-root user on a read-only
@@ -54,7 +60,7 @@ def _resources(spec: ClusterSpec, role: str) -> dict[str, Any]:
     return out
 
 
-def _mounts(spec: ClusterSpec) -> list[dict[str, Any]]:
+def _mounts(spec: ClusterSpec, role: str) -> list[dict[str, Any]]:
     mounts: list[dict[str, Any]] = [
         {"name": "data", "mountPath": names.DATA_MOUNT},
         {"name": "config", "mountPath": names.CONFIG_MOUNT, "readOnly": True},
@@ -64,18 +70,33 @@ def _mounts(spec: ClusterSpec) -> list[dict[str, Any]]:
         mounts.append(
             {"name": "admin-token", "mountPath": names.ADMIN_TOKEN_MOUNT, "readOnly": True}
         )
+    if role == "popack" and spec.credentials_secret is not None:
+        mounts.append(
+            {"name": "credentials", "mountPath": names.CREDENTIALS_MOUNT, "readOnly": True}
+        )
+    if role == "popack" and spec.tls_secret is not None:
+        mounts.append({"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True})
     return mounts
 
 
+def _metrics(role: str) -> tuple[list[str], dict[str, Any]]:
+    """The role's ``--metrics-listen`` flag and its named container port."""
+    port = names.METRICS_PORTS[role]
+    flag = f"--metrics-listen=$(POD_IP):{port}"
+    return [flag], {"name": f"metrics-{role}", "containerPort": port, "protocol": "TCP"}
+
+
 def _container(spec: ClusterSpec, role: str, args: list[str]) -> dict[str, Any]:
+    metrics_flags, metrics_port = _metrics(role)
     container: dict[str, Any] = {
         "name": role,
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
-        "args": [role, *args],
+        "args": [role, *args, *metrics_flags],
         "env": _env(),
-        "volumeMounts": _mounts(spec),
+        "volumeMounts": _mounts(spec, role),
         "securityContext": _security_context(),
+        "ports": [metrics_port],
     }
     resources = _resources(spec, role)
     if resources:
@@ -97,11 +118,27 @@ def store_container(owner: ObjectRef, spec: ClusterSpec) -> dict[str, Any]:
         args.append(f"--admin-token-file={names.ADMIN_TOKEN_MOUNT}/token")
     container = _container(spec, "store", args)
     grpc_probe = {"port": names.ADMIN_PORT}
-    container["ports"] = [{"name": "admin", "containerPort": names.ADMIN_PORT, "protocol": "TCP"}]
+    container["ports"].insert(
+        0, {"name": "admin", "containerPort": names.ADMIN_PORT, "protocol": "TCP"}
+    )
     container["startupProbe"] = {"grpc": grpc_probe, "periodSeconds": 1, "failureThreshold": 300}
     container["readinessProbe"] = {"grpc": grpc_probe, "periodSeconds": 2, "failureThreshold": 2}
     container["livenessProbe"] = {"grpc": grpc_probe, "periodSeconds": 10, "failureThreshold": 6}
     return container
+
+
+def _popack_edge_args(spec: ClusterSpec) -> list[str]:
+    """Client auth, TLS and POP tuning, as the BrokerCluster declares them."""
+    args = [
+        f"--pop-ck-stay-ms={spec.pop.ck_stay_buffer_time_ms}",
+        f"--pop-ck-max-buffer={spec.pop.ck_max_buffer_size}",
+        f"--max-parked-requests={spec.pop.long_polling_max_requests}",
+    ]
+    if spec.credentials_secret is not None:
+        args.append(f"--credentials-file={names.CREDENTIALS_MOUNT}/{names.CREDENTIALS_KEY}")
+    if spec.tls_secret is not None:
+        args += [f"--tls-cert={names.TLS_MOUNT}/tls.crt", f"--tls-key={names.TLS_MOUNT}/tls.key"]
+    return args
 
 
 def popack_container(spec: ClusterSpec) -> dict[str, Any]:
@@ -110,10 +147,13 @@ def popack_container(spec: ClusterSpec) -> dict[str, Any]:
         f"--store-socket={names.STORE_SOCKET}",
         f"--listen={endpoint}",
         f"--advertise={endpoint}",
+        *_popack_edge_args(spec),
     ]
     container = _container(spec, "popack", args)
     tcp_probe = {"port": names.CLIENT_PORT}
-    container["ports"] = [{"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"}]
+    container["ports"].insert(
+        0, {"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"}
+    )
     container["readinessProbe"] = {"tcpSocket": tcp_probe, "periodSeconds": 2}
     container["livenessProbe"] = {
         "tcpSocket": tcp_probe,
@@ -143,7 +183,39 @@ def _volumes(owner: ObjectRef, spec: ClusterSpec) -> list[dict[str, Any]]:
                 },
             }
         )
+    if spec.credentials_secret is not None:
+        volumes.append(
+            {
+                "name": "credentials",
+                "secret": {
+                    "secretName": spec.credentials_secret,
+                    "items": [{"key": names.CREDENTIALS_KEY, "path": names.CREDENTIALS_KEY}],
+                },
+            }
+        )
+    if spec.tls_secret is not None:
+        volumes.append(
+            {
+                "name": "tls",
+                "secret": {
+                    "secretName": spec.tls_secret,
+                    "items": [
+                        {"key": "tls.crt", "path": "tls.crt"},
+                        {"key": "tls.key", "path": "tls.key"},
+                    ],
+                },
+            }
+        )
     return volumes
+
+
+def _pod_annotations(config_hash: str) -> dict[str, str]:
+    return {
+        names.CONFIG_HASH: config_hash,
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(names.METRICS_PORTS["popack"]),
+        "prometheus.io/path": "/metrics",
+    }
 
 
 def _claim(spec: ClusterSpec) -> dict[str, Any]:
@@ -178,7 +250,7 @@ def build(
             "template": {
                 "metadata": {
                     "labels": pod_labels,
-                    "annotations": {names.CONFIG_HASH: config_hash},
+                    "annotations": _pod_annotations(config_hash),
                 },
                 "spec": {
                     "serviceAccountName": names.service_account(owner.name),

@@ -29,6 +29,10 @@ ADMIN_PORT = 9877
 DATA_MOUNT = "/data"
 CONFIG_MOUNT = "/etc/popfleet"
 ADMIN_TOKEN_MOUNT = "/etc/popfleet-admin"  # noqa: S105 - a mount path, not a secret
+CREDENTIALS_MOUNT = "/etc/popfleet-credentials"  # spec.auth.credentialsSecret, popack only
+CREDENTIALS_KEY = "credentials.yaml"  # the Secret key holding the accounts file
+TLS_MOUNT = "/etc/popfleet-tls"  # spec.tls.secretName (kubernetes.io/tls), popack only
+METRICS_PORTS = {"store": 9100, "popack": 9101, "revive": 9102}  # /metrics of each role
 STORE_SOCKET = f"{DATA_MOUNT}/store.sock"
 BROKER_UID = 10001
 
