@@ -1,0 +1,33 @@
+# e2e on kind (e2e/kind, needs Docker) and the static checks of its pieces that `make test`
+# runs everywhere (tests/integration/kind_static): helm lint/template of every values scenario,
+# server-side dry-runs on the testbed apiserver, shellcheck of every shell script, the
+# Dockerfiles' pins and users. Also the generated CRD reference (docs/crd-reference.md).
+KIND_VERSION := v0.29.0
+KIND_BIN     := $(HOME)/.cache/popfleet/kind-$(KIND_VERSION)/kind
+TEST_PREREQS += shellcheck
+
+.PHONY: shellcheck kind-bin e2e-kind crd-reference drift-crd-reference
+
+shellcheck: ## shellcheck from Debian (make test lints every shell script with it)
+	@command -v shellcheck >/dev/null || \
+	  (apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck)
+	@command -v shellcheck >/dev/null || { echo "shellcheck is missing and did not install" >&2; exit 1; }
+
+kind-bin: ## kind $(KIND_VERSION) (go install, cached under ~/.cache/popfleet) when missing
+	@test -x $(KIND_BIN) && $(KIND_BIN) version | grep -q '$(KIND_VERSION) ' || \
+	  (cd / && GOBIN=$(dir $(KIND_BIN)) GOFLAGS='' go install sigs.k8s.io/kind@$(KIND_VERSION))
+	@$(KIND_BIN) version
+
+e2e-kind: $(STAMP) testbed-bin kind-bin ## the e2e scenario on kind with images built here (Docker, Linux)
+	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
+	  e2e/kind/run.sh $(E2E_KIND_ARGS)
+
+crd-reference: $(STAMP) ## regenerate docs/crd-reference.md from the CRD schemas in crds/
+	$(PY) operator/scripts/crd_reference.py > docs/crd-reference.md
+
+drift: drift-crd-reference
+
+drift-crd-reference: $(STAMP)
+	@if ! $(PY) operator/scripts/crd_reference.py | diff -u docs/crd-reference.md -; then \
+	  echo "drift: docs/crd-reference.md differs from crds/; run 'make crd-reference'" >&2; exit 1; fi; \
+	echo "drift: CRD reference matches crds/"

@@ -1,0 +1,55 @@
+"""Static checks of e2e/kind (which needs Docker) that run everywhere, on the testbed.
+
+``popfleet_crds`` makes sure the popfleet CRDs (and kopf's peering CRDs) exist on the
+testbed apiserver, so custom resources can be dry-run: it installs the chart as the operator
+tests do (release ``popfleet`` in ``popfleet-system``, so later installs adopt the kept CRDs)
+with no operator replica, and uninstalls it afterwards. A release that already exists (a
+reused testbed) is used as is and left alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from popfleet_testbed import cluster, errors
+from popfleet_testbed.fixtures import testbed, testbed_namespace
+
+__all__ = ["testbed", "testbed_namespace"]
+
+REPO = Path(__file__).resolve().parents[3]
+CHART = REPO / "charts" / "popfleet"
+KIND = REPO / "e2e" / "kind"
+RELEASE, RELEASE_NAMESPACE = "popfleet", "popfleet-system"
+KUBE_VERSION = "1.33.13"  # the testbed's apiserver
+
+
+def _release_exists(testbed: cluster.Cluster) -> bool:
+    try:
+        testbed.helm("status", RELEASE, "-n", RELEASE_NAMESPACE)
+    except errors.TestbedError:
+        return False
+    return True
+
+
+@pytest.fixture(scope="package")
+def popfleet_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
+    if _release_exists(testbed):
+        yield testbed
+        return
+    testbed.helm(
+        "install", RELEASE, str(CHART), "-n", RELEASE_NAMESPACE, "--create-namespace",
+        "--set", "replicaCount=0", "--wait", "--timeout", "120s",
+        timeout_s=180,
+    )  # fmt: skip
+    testbed.kubectl(
+        "wait", "--for=condition=Established", "crd",
+        "-l", "app.kubernetes.io/part-of=popfleet", "--timeout=60s",
+    )  # fmt: skip
+    yield testbed
+    # No hooks: nothing was created, and no operator runs to finalize anything.
+    testbed.helm(
+        "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--no-hooks", "--wait", timeout_s=120
+    )

@@ -1,0 +1,128 @@
+"""The three images' Dockerfiles, read statically: pinned bases, non-root users that match
+what the operator and the chart run them as, no privileges, entry points the deployments use.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from popfleet_operator.model import names
+from tests.integration.kind_static import dockerfile
+from tests.integration.kind_static.conftest import CHART, REPO
+
+BROKER = REPO / "broker_image" / "Dockerfile"
+OPERATOR = REPO / "operator" / "Dockerfile"
+AUDIT = REPO / "spark_operator_jobs" / "Dockerfile"
+ALL = [BROKER, OPERATOR, AUDIT]
+VERSION_TAG = re.compile(r"^\d+\.\d+\.\d+(-[a-z0-9.-]+)?$")
+
+
+def steps(path: Path) -> list[dockerfile.Instruction]:
+    return dockerfile.instructions(path)
+
+
+def final_user(path: Path) -> tuple[int, int | None]:
+    users = [s.args for s in dockerfile.final_stage(steps(path)) if s.keyword == "USER"]
+    assert users, f"{path}: the final stage sets no USER (it would run as root)"
+    uid, _, gid = users[-1].partition(":")
+    assert uid.isdigit(), f"{path}: USER {users[-1]!r} must be numeric (runAsNonRoot checks it)"
+    return int(uid), int(gid) if gid else None
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.parent.name)
+def test_bases_are_pinned_to_exact_versions(path: Path) -> None:
+    bases = dockerfile.base_images(steps(path))
+    assert bases
+    for base in bases:
+        assert base.tag and VERSION_TAG.match(base.tag), f"{base}: needs an exact version tag"
+
+
+@pytest.mark.parametrize("path", [BROKER, OPERATOR], ids=lambda p: p.parent.name)
+def test_python_bases_are_pinned_by_digest_and_agree(path: Path) -> None:
+    bases = dockerfile.base_images(steps(path))
+    assert all(b.digest for b in bases), bases
+    assert len(set(bases)) == 1, "build and runtime stages use one Python base"
+
+
+@pytest.mark.parametrize(
+    ("path", "uid"),
+    [(BROKER, names.BROKER_UID), (AUDIT, names.SPARK_UID)],
+    ids=["broker", "audit"],
+)
+def test_images_run_as_the_user_the_operator_sets(path: Path, uid: int) -> None:
+    assert final_user(path) == (uid, uid)
+
+
+def test_operator_image_runs_as_the_charts_user() -> None:
+    deployment = (CHART / "templates" / "deployment.yaml").read_text()
+    run_as = re.search(r"runAsUser: (\d+)", deployment)
+    assert run_as
+    assert final_user(OPERATOR)[0] == int(run_as[1]) != 0
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.parent.name)
+def test_no_privileges_and_no_remote_adds(path: Path) -> None:
+    for step in steps(path):
+        assert step.keyword != "ADD", f"{path}: use COPY (ADD fetches URLs and unpacks archives)"
+        assert not re.search(r"setcap|chmod\s+[ugo]*\+s|\bsudo\b|--privileged", step.args), step
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.parent.name)
+def test_copied_sources_are_in_the_build_context(path: Path) -> None:
+    ignored = {
+        line.strip().rstrip("/")
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith(("#", "!"))
+    }
+    for step in steps(path):
+        if step.keyword != "COPY" or step.args.startswith("--from"):
+            continue
+        *sources, _dest = step.args.split()
+        for source in sources:
+            assert (REPO / source).exists(), f"{path}: COPY {source}: not in the repo"
+            assert source.strip("/").split("/")[0] not in ignored, f"{source} is .dockerignored"
+
+
+def test_entry_points_match_the_testbed_image_table() -> None:
+    """What the chart and the operator rely on: broker args are the role, the operator runs
+    ``python -m popfleet_operator``; the audit image keeps Spark's entrypoint."""
+    entry = {
+        p: [s for s in dockerfile.final_stage(steps(p)) if s.keyword == "ENTRYPOINT"] for p in ALL
+    }
+    assert [s.exec_form() for s in entry[BROKER]] == [["popbroker"]]
+    assert [s.exec_form() for s in entry[OPERATOR]] == [["python", "-m", "popfleet_operator"]]
+    assert entry[AUDIT] == [], "SparkApplication driver/executor pods need Spark's entrypoint"
+
+
+def test_audit_image_spark_matches_the_pinned_pyspark() -> None:
+    (base,) = dockerfile.base_images(steps(AUDIT))
+    assert base.repo == "apache/spark"
+    assert base.tag
+    deps = tomllib.loads((REPO / "spark_operator_jobs" / "pyproject.toml").read_text())
+    (pin,) = [d for d in deps["project"]["dependencies"] if d.startswith("pyspark")]
+    minor = re.search(r">=\s*(\d+\.\d+)", pin)
+    assert minor, pin
+    assert base.tag.startswith(minor[1] + "."), f"Spark {base.tag} vs {pin}"
+
+
+def test_audit_image_provides_the_main_file_the_operator_submits() -> None:
+    text = " ".join(s.args for s in steps(AUDIT))
+    assert names.AUDIT_MAIN_FILE in text
+    assert "popfleet-audit --help" in text  # the console script the Job backend runs
+
+
+def test_kind_values_name_the_images_the_run_builds() -> None:
+    run = (REPO / "e2e" / "kind" / "run.sh").read_text()
+    assert "ghcr.io/popfleet/$name:$version" in run
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    kind = yaml.safe_load((REPO / "e2e" / "kind" / "values" / "kind.yaml").read_text())
+    assert kind["image"] == {
+        "repository": "ghcr.io/popfleet/operator",
+        "tag": chart["appVersion"],
+        "pullPolicy": "Never",
+    }

@@ -1,0 +1,60 @@
+"""e2e/kind's pure parts: the pod-network resolver, values as --set pairs, the pinned node.
+
+Nothing here dials anything: the resolver is only asked what it would allow.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import yaml
+
+from tests.integration.kind_static.conftest import KIND
+
+
+def load_kind_access() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("kind_access", KIND / "kind_access.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+kind_access = load_kind_access()
+
+
+def test_node_image_and_kind_version_are_pinned() -> None:
+    config = yaml.safe_load((KIND / "kind-config.yaml").read_text())
+    (node,) = config["nodes"]
+    assert re.fullmatch(r"kindest/node:v1\.\d+\.\d+@sha256:[0-9a-f]{64}", node["image"])
+    mk = (KIND.parents[1] / "mk" / "kind.mk").read_text()
+    assert re.search(r"^KIND_VERSION := v\d+\.\d+\.\d+$", mk, re.MULTILINE)
+    assert "go install sigs.k8s.io/kind@$(KIND_VERSION)" in mk
+
+
+def test_resolver_passes_pod_addresses_and_refuses_the_rest() -> None:
+    resolve = kind_access.pod_network_resolver(kind_access.pod_subnet())
+    assert resolve("10.244.0.7:8081") == "10.244.0.7:8081"
+    for bad in ("10.96.0.10:8081", "127.0.0.1:9877", "broker-0.svc:8081", "10.244.0.7"):
+        with pytest.raises(kind_access.KindAccessError):
+            resolve(bad)
+
+
+def test_values_become_helm_set_pairs() -> None:
+    sets = kind_access.helm_sets(KIND / "values" / "auth-tls.yaml")
+    assert "image.pullPolicy=Never" in sets
+    assert "operator.watchNamespaces={popfleet-secure}" in sets
+    assert "replicaCount=2" in sets
+
+
+def test_values_that_cannot_be_set_are_refused(tmp_path: Path) -> None:
+    bad = yaml.safe_load((KIND / "values" / "kind.yaml").read_text())
+    bad["podAnnotations"] = {"a": "x,y"}
+    target = tmp_path / "bad-values.yaml"
+    target.write_text(yaml.safe_dump(bad))
+    with pytest.raises(kind_access.KindAccessError, match="cannot be passed as --set"):
+        kind_access.helm_sets(target)
