@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import json
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -115,10 +116,29 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_scenario(access: Any) -> int:
-    """Run the shared scenario (the same code e2e/local runs) against ``access``."""
-    raise KindAccessError(
-        "the shared scenario's entry point is not wired yet (see e2e/kind/README.md)"
-    )
+    """Run the shared scenario (the same code e2e/local runs) against ``access``; exit code.
+
+    The story's namespace is created first; whatever the run leaves is cleaned up after it,
+    failed or not, and a leftover fails the run as in e2e/local.
+    """
+    from popfleet_e2e import lifecycle, scenario  # noqa: PLC0415 - only for a real run
+    from popfleet_e2e.access import ScenarioError  # noqa: PLC0415
+
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": access.namespace}}
+    access.kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
+    try:
+        timings = scenario.run(access)
+    except ScenarioError as exc:
+        print(f"e2e-kind: FAILED: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        leftovers = lifecycle.clean_up(access)
+        for item in leftovers:
+            print(f"e2e-kind: left behind: {item}", file=sys.stderr)
+    if leftovers:
+        return 1
+    print(f"e2e-kind: {len(timings)} steps passed in {sum(timings.values()):.0f}s")
+    return 0
 
 
 if __name__ == "__main__":

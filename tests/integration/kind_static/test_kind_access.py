@@ -58,3 +58,27 @@ def test_values_that_cannot_be_set_are_refused(tmp_path: Path) -> None:
     target.write_text(yaml.safe_dump(bad))
     with pytest.raises(kind_access.KindAccessError, match="cannot be passed as --set"):
         kind_access.helm_sets(target)
+
+
+def test_kind_run_uses_the_shared_scenario_as_e2e_local_does() -> None:
+    """The kind wiring and the scenario package agree (a renamed field would break e2e-kind
+    only on a Docker machine; here it fails now)."""
+    import dataclasses  # noqa: PLC0415
+
+    from popfleet_e2e import lifecycle, scenario  # noqa: PLC0415
+    from popfleet_e2e.access import ClusterAccess  # noqa: PLC0415
+
+    fields = {f.name for f in dataclasses.fields(ClusterAccess)}
+    assert {"kubeconfig", "namespace", "resolve", "bin_dir", "helm_values"} <= fields
+    assert callable(scenario.run) and callable(lifecycle.clean_up)
+    source = (KIND / "kind_access.py").read_text()
+    assert "scenario.run(access)" in source and "lifecycle.clean_up(access)" in source
+    access = ClusterAccess(
+        kubeconfig=Path("/nonexistent/kubeconfig"),
+        namespace="popfleet-e2e",
+        resolve=kind_access.pod_network_resolver(kind_access.pod_subnet()),
+        bin_dir=Path("/nonexistent"),
+        helm_values=kind_access.helm_sets(KIND / "values" / "kind.yaml"),
+    )
+    assert access.resolve("10.244.1.2:9877") == "10.244.1.2:9877"
+    assert "image.pullPolicy=Never" in access.helm_values
