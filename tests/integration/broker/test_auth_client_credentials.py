@@ -75,6 +75,14 @@ def config(endpoint: str, ak: str = "", sk: str = "") -> Any:
     return ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=3)
 
 
+def started_consumer(endpoint: str, ak: str, sk: str) -> Any:
+    consumer = SimpleConsumer(
+        config(endpoint, ak, sk), GROUP, {TOPIC: FilterExpression("*")}, await_duration=2
+    )
+    consumer.startup()
+    return consumer
+
+
 def test_a_signed_client_sends_receives_and_acks(secured: BrokerProcess) -> None:
     producer = Producer(config(secured.endpoint, "app", "app-secret"), (TOPIC,))
     producer.startup()
@@ -82,13 +90,7 @@ def test_a_signed_client_sends_receives_and_acks(secured: BrokerProcess) -> None
         sent = producer.send(oc.message(TOPIC, b"signed")).message_id
     finally:
         producer.shutdown()
-    consumer = SimpleConsumer(
-        config(secured.endpoint, "app", "app-secret"),
-        GROUP,
-        {TOPIC: FilterExpression("*")},
-        await_duration=2,
-    )
-    consumer.startup()
+    consumer = started_consumer(secured.endpoint, "app", "app-secret")
     try:
         got = oc.receive_until(consumer, 1, timeout_s=30)
         assert sent in [m.message_id for m in got]
@@ -107,13 +109,7 @@ def test_a_credential_without_permission_is_forbidden(secured: BrokerProcess) ->
         assert refused.value.code == definition.Code.FORBIDDEN
     finally:
         producer.shutdown()
-    consumer = SimpleConsumer(
-        config(secured.endpoint, "reader", "reader-secret"),
-        GROUP,
-        {TOPIC: FilterExpression("*")},
-        await_duration=2,
-    )
-    consumer.startup()
+    consumer = started_consumer(secured.endpoint, "reader", "reader-secret")
     try:
         with pytest.raises(ForbiddenException, match="group billing"):
             consumer.receive(1, 15)

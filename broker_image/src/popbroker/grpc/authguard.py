@@ -20,11 +20,9 @@ guarded (kubelet probes carry no credentials).
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from typing import Any
-
-import grpc
 
 from popbroker.auth import resources, signature
 from popbroker.auth.accounts import Account, Accounts
@@ -48,7 +46,7 @@ def _refusal(rpc: str, exc: AuthError) -> Any:
     )
 
 
-class AuthGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class AuthGuard(handlers.MessagingInterceptor):
     """Authenticate and authorize every ``MessagingService`` call (module docstring)."""
 
     def __init__(self, accounts: Accounts, *, clock: Callable[[], datetime] = utc_now) -> None:
@@ -65,15 +63,7 @@ class AuthGuard(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         )
         return self._accounts.by_key[access_key]
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[Any], Awaitable[Any]],
-        handler_call_details: Any,
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        rpc = handlers.rpc_name(handler_call_details.method)
-        if handler is None or rpc is None:
-            return handler
+    def wrap_rpc(self, handler: Any, rpc: str, handler_call_details: Any) -> Any:
         try:
             account = self.authenticate(handler_call_details.invocation_metadata)
         except AuthError as exc:

@@ -5,13 +5,16 @@ to act on requests and responses they return a copy of the method handler
 whose behaviour is wrapped. :func:`wrap` does that for the three shapes the
 v2 service has (unary, server-streaming, bidi), and :func:`response_type` gives
 the response message a refusal is answered with (status in the body, fact
-sheet §6).
+sheet §6). :class:`MessagingInterceptor` is the common part of such
+interceptors: other services (``grpc.health.v1``) pass through untouched.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+
+import grpc
 
 from popbroker.grpc.protocol import service
 
@@ -53,3 +56,21 @@ def wrap(
     if handler.stream_stream is not None:
         return handler._replace(stream_stream=streaming(handler.stream_stream))
     return handler  # client streaming: the v2 service has none
+
+
+class MessagingInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """An interceptor of ``MessagingService`` calls only; subclasses wrap the handler."""
+
+    def wrap_rpc(self, handler: Any, rpc: str, handler_call_details: Any) -> Any:
+        raise NotImplementedError
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[Any], Awaitable[Any]],
+        handler_call_details: Any,
+    ) -> Any:
+        handler = await continuation(handler_call_details)
+        rpc = rpc_name(handler_call_details.method)
+        if handler is None or rpc is None:
+            return handler
+        return self.wrap_rpc(handler, rpc, handler_call_details)

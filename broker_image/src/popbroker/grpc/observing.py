@@ -10,10 +10,8 @@ services are untouched; the cost is a few dictionary lookups per call.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
-
-import grpc
 
 from popbroker.grpc import handlers
 from popbroker.grpc.protocol import Code
@@ -34,7 +32,7 @@ def code_name(code: int) -> str:
         return str(code)
 
 
-class CallCounter(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+class CallCounter(handlers.MessagingInterceptor):
     """Count every ``MessagingService`` answer (module docstring)."""
 
     def __init__(self, metrics: PopackMetrics) -> None:
@@ -50,15 +48,7 @@ class CallCounter(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         elif rpc in _CALL_OPS:
             metrics.messages.labels(_CALL_OPS[rpc], code).inc()
 
-    async def intercept_service(
-        self,
-        continuation: Callable[[Any], Awaitable[Any]],
-        handler_call_details: Any,
-    ) -> Any:
-        handler = await continuation(handler_call_details)
-        rpc = handlers.rpc_name(handler_call_details.method)
-        if handler is None or rpc is None:
-            return handler
+    def wrap_rpc(self, handler: Any, rpc: str, handler_call_details: Any) -> Any:
 
         def unary(behaviour: handlers.Unary) -> handlers.Unary:
             async def counted(request: Any, context: Any) -> Any:
