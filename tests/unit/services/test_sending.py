@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from popbroker.services import errors
-from popbroker.services.messages import MessageKind, OutgoingMessage
+from popbroker.services.messages import MessageKind, OutgoingMessage, SendReceipt
 from popbroker.services.sending import Sender
 from popbroker.store import errors as store_errors
 from popbroker.store.api import AppendResult, MessageToAppend, StoreApi
@@ -115,3 +115,77 @@ async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker
     receipt = await asyncio.wait_for(second, 5)
     assert receipt.message_id == "RETRIED"
     assert [m.stored.body for m in await broker.receive()] == [b"retried"]
+
+
+class _CountingStore:
+    """A store that records every append call (and can fail the next one)."""
+
+    def __init__(self, inner: StoreApi) -> None:
+        self.inner = inner
+        self.appends: list[int] = []  # records per append call
+        self.fail_next: Exception | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+        self.appends.append(len(messages))
+        if self.fail_next is not None:
+            error, self.fail_next = self.fail_next, None
+            raise error
+        return await self.inner.append(messages)
+
+
+def _counting_sender(broker: Broker) -> tuple[Sender, _CountingStore]:
+    store = _CountingStore(broker.store)
+    sender = Sender(
+        store=cast(StoreApi, store),
+        config=broker.popack.config,
+        settings=broker.popack.settings,
+        clock=broker.clock,
+    )
+    return sender, store
+
+
+def _normal(body: bytes, message_id: str, topic: str = TOPIC) -> OutgoingMessage:
+    return OutgoingMessage(topic, body, message_id, MessageKind.NORMAL)
+
+
+async def test_a_batch_is_stored_with_one_append_and_answers_per_message(broker: Broker) -> None:
+    sender, store = _counting_sender(broker)
+    delayed = OutgoingMessage(
+        "mixed", b"later", "D", MessageKind.DELAY, delivery_timestamp_ms=broker.clock() + 5_000
+    )
+    outcomes = await sender.send_batch(
+        [_normal(b"a", "A"), _normal(b"", "EMPTY"), _normal(b"b", "B"), delayed]
+    )
+    assert store.appends == [3]  # the empty body was refused on its own, not appended
+    first, empty, second, held = outcomes
+    assert isinstance(empty, store_errors.EmptyBody)
+    assert isinstance(first, SendReceipt) and isinstance(second, SendReceipt)
+    assert (first.message_id, second.message_id) == ("A", "B")
+    assert isinstance(held, SendReceipt) and held.delayed
+    assert sorted(m.stored.body for m in await broker.receive()) == [b"a", b"b"]
+
+
+async def test_a_repeated_message_id_in_and_across_batches_is_stored_once(broker: Broker) -> None:
+    sender, store = _counting_sender(broker)
+    first = await sender.send_batch([_normal(b"x", "SAME"), _normal(b"x", "SAME")])
+    again = await sender.send_batch([_normal(b"x", "SAME"), _normal(b"y", "OTHER")])
+    assert first[0] == first[1] == again[0]
+    assert store.appends == [1, 1]  # the repeat appended nothing; OTHER alone
+    assert sorted(m.stored.body for m in await broker.receive()) == [b"x", b"y"]
+
+
+async def test_a_failed_batch_append_fails_each_message_and_a_retry_appends(
+    broker: Broker,
+) -> None:
+    sender, store = _counting_sender(broker)
+    store.fail_next = store_errors.StoreClosed("store went away")
+    batch = [_normal(b"a", "A"), _normal(b"b", "B")]
+    outcomes = await sender.send_batch(batch)
+    assert all(isinstance(o, store_errors.StoreClosed) for o in outcomes)
+    retried = await sender.send_batch(batch)
+    assert all(isinstance(o, SendReceipt) for o in retried)
+    assert store.appends == [2, 2]
+    assert sorted(m.stored.body for m in await broker.receive()) == [b"a", b"b"]

@@ -18,7 +18,7 @@ Per RPC:
     closes it (5.1.1 clients wait for this answer in ``startup()``).
   * Heartbeat / NotifyClientTermination — track live clients.
   * SendMessage — one entry per message; top status is the common code or
-    ``MULTIPLE_RESULTS``.
+    ``MULTIPLE_RESULTS``; a batch's new messages are stored with one append.
   * ReceiveMessage — ``status`` → messages → ``delivery_timestamp``, then the
     stream ends; an empty poll answers ``MESSAGE_NOT_FOUND``. The poll budget
     ends before the call's deadline (see :mod:`popbroker.services.receiving`).
@@ -41,6 +41,7 @@ from popbroker.grpc import convert, statuses
 from popbroker.grpc.protocol import Code, MessagingServiceServicer, definition, service
 from popbroker.services import errors
 from popbroker.services.clients import ClientKind
+from popbroker.services.messages import OutgoingMessage
 from popbroker.services.popack import PopackServices
 from popbroker.services.routing import Endpoint
 
@@ -175,23 +176,32 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
             return service.SendMessageResponse(
                 status=convert.status(Code.MESSAGE_CORRUPTED, "messages for several topics")
             )
-        entries = []
+        converted: list[OutgoingMessage | Exception] = []
         for message in request.messages:
-            message_id = message.system_properties.message_id
             try:
-                receipt = await self._services.sender.send(convert.outgoing_message(message))
+                converted.append(convert.outgoing_message(message))
             except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+                converted.append(exc)
+        sendable = [m for m in converted if not isinstance(m, Exception)]
+        outcomes = iter(await self._services.sender.send_batch(sendable))  # one store append
+        entries = []
+        for message, item in zip(request.messages, converted, strict=True):
+            outcome = item if isinstance(item, Exception) else next(outcomes)
+            if isinstance(outcome, Exception):
                 entries.append(
                     service.SendResultEntry(
-                        status=_failure(exc, "SendMessage"), message_id=message_id
+                        status=_failure(outcome, "SendMessage"),
+                        message_id=message.system_properties.message_id,
                     )
                 )
-                continue
-            entries.append(
-                service.SendResultEntry(
-                    status=convert.ok(), message_id=receipt.message_id, offset=receipt.queue_offset
+            else:
+                entries.append(
+                    service.SendResultEntry(
+                        status=convert.ok(),
+                        message_id=outcome.message_id,
+                        offset=outcome.queue_offset,
+                    )
                 )
-            )
         return service.SendMessageResponse(
             status=_common_status([e.status for e in entries]), entries=entries
         )

@@ -1,26 +1,30 @@
-"""Sends (``SendMessage``): validation, queue choice, DELAY, idempotent retries.
+"""Sends (``SendMessage``): validation, queue choice, DELAY, idempotent retries, batches.
 
-Steps for one message:
+Steps for one request (one message or a producer's batch):
 
-  1. The topic exists and is writable; the message's kind is accepted by the
-     topic (``MIXED`` accepts NORMAL, FIFO and DELAY); transactions and the
-     newer LITE/PRIORITY kinds are unsupported.
-  2. Body non-empty and at most ``max_body_bytes``; non-blank message id; a tag
-     without ``|``; non-blank keys; a message group for FIFO; user properties
-     within count and size and without reserved keys.
+  1. Each message on its own: the topic exists and is writable; the message's
+     kind is accepted by the topic (``MIXED`` accepts NORMAL, FIFO and DELAY);
+     transactions and the newer LITE/PRIORITY kinds are unsupported.
+  2. Each message on its own: body non-empty and at most ``max_body_bytes``;
+     non-blank message id; a tag without ``|``; non-blank keys; a message group
+     for FIFO; user properties within count and size and without reserved keys.
+     A message that fails steps 1-2 gets its own error; the others go on.
   3. Idempotency: a message id already sent to the topic within
      ``send_dedup_window_ms`` returns the first receipt without appending again
      (the official producer retries at once with the same id after any error,
-     fact sheet §12); a send still in progress is awaited, not repeated — the
-     append runs as its own task, so a client that gave up waiting does not
-     cancel it under its own retry. The window is bounded in entries; it is
+     fact sheet §12); a send still in progress is awaited, not repeated, and so
+     is an id repeated inside one batch. The window is bounded in entries; it is
      memory only, so a restart of the role can still store a retried message
      twice (at-least-once).
   4. The queue: FIFO messages hash their message group (CRC32) onto the
      topic's write queues so one group keeps one order; others round-robin.
-  5. A DELAY message due in the future is appended to the revive log as a
-     ``delay`` record (:mod:`popbroker.services.delaying` delivers it when due);
-     anything else is appended to its queue.
+  5. The new messages of the request are stored with **one** ``StoreApi.append``
+     (all or none): a DELAY message due in the future as a ``delay`` record in
+     the revive log (:mod:`popbroker.services.delaying` delivers it when due),
+     anything else in its queue. The append runs as its own task, so a client
+     that gave up waiting does not cancel it under its own retry; if it fails,
+     every message it carried gets the error and leaves the window (a retry then
+     appends for real).
 
 Callers: the gRPC endpoint's SendMessage handler.
 """
@@ -30,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from popbroker.services import errors, messages, revivelog
@@ -59,7 +64,19 @@ def accepted_kinds(message_type: MessageType) -> frozenset[MessageKind]:
 @dataclass
 class _Sent:
     expires_at_ms: int
-    result: asyncio.Task[SendReceipt]
+    result: asyncio.Future[SendReceipt]
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    """A new message of a request, waiting for the request's one append."""
+
+    topic: TopicConfig
+    message: OutgoingMessage
+    result: asyncio.Future[SendReceipt]
+
+
+SendOutcome = SendReceipt | Exception
 
 
 class Sender:
@@ -79,29 +96,69 @@ class Sender:
         self._clock = clock
         self._round_robin = 0
         self._sent: OrderedDict[tuple[str, str], _Sent] = OrderedDict()
+        self._appends: set[asyncio.Task[None]] = set()  # running appends (kept referenced)
 
     async def send(self, message: OutgoingMessage) -> SendReceipt:
-        """Steps 1-5 for one message."""
-        topic = await self._config.topic(message.topic)
-        self._validate(topic, message)
+        """Steps 1-5 for one message; raises its error."""
+        (outcome,) = await self.send_batch([message])
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def send_batch(self, batch: Sequence[OutgoingMessage]) -> list[SendOutcome]:
+        """Steps 1-5 for a request: a receipt or the error, per message, in order."""
+        checked: list[TopicConfig | Exception] = []
+        for message in batch:  # steps 1-2 (the only awaits before the append starts)
+            try:
+                topic = await self._config.topic(message.topic)
+                self._validate(topic, message)
+            except Exception as exc:  # noqa: BLE001 - each message gets its own answer
+                checked.append(exc)
+            else:
+                checked.append(topic)
+        waits = self._start_append(batch, checked)
+        outcomes: list[SendOutcome] = []
+        for wait in waits:
+            if isinstance(wait, Exception):
+                outcomes.append(wait)
+                continue
+            try:
+                outcomes.append(await asyncio.shield(wait))
+            except Exception as exc:  # noqa: BLE001 - the append's error, for this message
+                outcomes.append(exc)
+        return outcomes
+
+    def _start_append(
+        self, batch: Sequence[OutgoingMessage], checked: Sequence[TopicConfig | Exception]
+    ) -> list[asyncio.Future[SendReceipt] | Exception]:
+        """Steps 3-5 without awaiting: a cancelled caller never leaves a window entry unresolved."""
         now_ms = self._clock()
         self._expire(now_ms)
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[SendReceipt] | Exception] = []
+        pending: list[_Pending] = []
+        for message, topic in zip(batch, checked, strict=True):
+            if isinstance(topic, Exception):
+                waits.append(topic)
+                continue
+            dedup_key = (message.topic, message.message_id)
+            sent = self._sent.get(dedup_key)
+            if sent is None:
+                sent = _Sent(now_ms + self._settings.send_dedup_window_ms, loop.create_future())
+                self._sent[dedup_key] = sent
+                pending.append(_Pending(topic, message, sent.result))
+            waits.append(sent.result)
+        if pending:
+            task = asyncio.create_task(self._append(pending, now_ms))
+            self._appends.add(task)
+            task.add_done_callback(self._appends.discard)
+        return waits
+
+    def _forget(self, message: OutgoingMessage, result: asyncio.Future[SendReceipt]) -> None:
+        """A failed append may be retried for real: drop it from the window."""
         dedup_key = (message.topic, message.message_id)
         sent = self._sent.get(dedup_key)
-        if sent is None:
-            # The append runs as its own task: a client that gives up (deadline) cancels
-            # only its wait, so its retry with the same id finds the append, not a hole.
-            task = asyncio.create_task(self._append(topic, message, now_ms))
-            sent = _Sent(now_ms + self._settings.send_dedup_window_ms, task)
-            self._sent[dedup_key] = sent
-            task.add_done_callback(lambda done: self._forget_failed(dedup_key, done))
-        return await asyncio.shield(sent.result)
-
-    def _forget_failed(self, dedup_key: tuple[str, str], task: asyncio.Task[SendReceipt]) -> None:
-        """A failed append may be retried for real: drop it from the window."""
-        failed = task.cancelled() or task.exception() is not None
-        sent = self._sent.get(dedup_key)
-        if failed and sent is not None and sent.result is task:
+        if sent is not None and sent.result is result:
             del self._sent[dedup_key]
 
     def _expire(self, now_ms: int) -> None:
@@ -179,9 +236,9 @@ class Sender:
         self._round_robin += 1
         return self._round_robin % queues
 
-    async def _append(
-        self, topic: TopicConfig, message: OutgoingMessage, now_ms: int
-    ) -> SendReceipt:
+    def _record(self, pending: _Pending, now_ms: int) -> tuple[MessageToAppend, int | None]:
+        """Step 5 for one message: what to store, and its queue when it is held as DELAY."""
+        topic, message = pending.topic, pending.message
         queue_id = self._queue_for(topic, message)
         properties = messages.to_store_properties(message)
         deliver_ms = message.delivery_timestamp_ms
@@ -198,35 +255,52 @@ class Sender:
             revive_queue_id = zlib.crc32(message.message_id.encode()) % max(
                 1, self._settings.revive_queue_num
             )
-            await self._store.append(
-                [
-                    revivelog.delay_message(
-                        self._settings.cluster, record, revive_queue_id=revive_queue_id
-                    )
-                ]
+            delay = revivelog.delay_message(
+                self._settings.cluster, record, revive_queue_id=revive_queue_id
             )
-            return SendReceipt(
-                message_id=message.message_id,
-                topic=topic.name,
-                queue_id=queue_id,
-                queue_offset=0,
-                delayed=True,
-            )
-        (result,) = await self._store.append(
-            [
-                MessageToAppend(
-                    topic=topic.name,
-                    queue_id=queue_id,
-                    body=message.body,
-                    properties=properties,
-                    born_timestamp_ms=message.born_timestamp_ms,
-                    born_host=message.born_host,
-                )
-            ]
-        )
-        return SendReceipt(
-            message_id=message.message_id,
+            return delay, queue_id
+        stored = MessageToAppend(
             topic=topic.name,
-            queue_id=result.queue_id,
-            queue_offset=result.queue_offset,
+            queue_id=queue_id,
+            body=message.body,
+            properties=properties,
+            born_timestamp_ms=message.born_timestamp_ms,
+            born_host=message.born_host,
         )
+        return stored, None
+
+    async def _append(self, batch: Sequence[_Pending], now_ms: int) -> None:
+        """Step 5: one append for the request's new messages; resolves their futures."""
+        try:
+            records = [self._record(pending, now_ms) for pending in batch]
+            results = await self._store.append([record for record, _ in records])
+        except BaseException as exc:
+            for pending in batch:
+                self._forget(pending.message, pending.result)
+                if isinstance(exc, asyncio.CancelledError):
+                    pending.result.cancel()
+                elif not pending.result.done():
+                    pending.result.set_exception(exc)
+                    pending.result.exception()  # retrieved: no warning if nobody waits
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for pending, (_, delayed_queue), result in zip(batch, records, results, strict=True):
+            message = pending.message
+            if delayed_queue is not None:
+                receipt = SendReceipt(
+                    message_id=message.message_id,
+                    topic=pending.topic.name,
+                    queue_id=delayed_queue,
+                    queue_offset=0,
+                    delayed=True,
+                )
+            else:
+                receipt = SendReceipt(
+                    message_id=message.message_id,
+                    topic=pending.topic.name,
+                    queue_id=result.queue_id,
+                    queue_offset=result.queue_offset,
+                )
+            if not pending.result.done():
+                pending.result.set_result(receipt)
