@@ -53,8 +53,8 @@ bench: $(STAMP) peer-servers ## run the benchmarks; JSON lands in bench/results/
 	$(PY) -m pip install --quiet -r requirements/bench.txt
 	$(PY) -m bench.run
 
-demo: $(STAMP) ## run a local broker on the embedded default (see README)
-	$(VENV)/bin/popbroker demo
+demo: $(STAMP) testbed-bin ## the user story live on a local testbed until Ctrl-C (README); demo-down stops it
+	@$(VENV)/bin/popfleet-demo up --run-dir $(DEMO_DIR)
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -85,3 +85,12 @@ def lag_by_queue(
     return {
         (b.name, queue): n for b in brokers for queue, n in lag(access, b, group, topic).items()
     }
+
+
+def in_flight(access: ClusterAccess, brokers_: list[Broker], group: str, topic: str) -> int:
+    """Messages of ``topic`` popped by ``group`` and neither acked nor revived yet."""
+    total = 0
+    for broker in brokers_:
+        offsets = call(access, broker, lambda admin: admin.offsets(group, [topic]))
+        total += sum(q.in_flight_messages or 0 for q in offsets.queues if q.topic == topic)
+    return total

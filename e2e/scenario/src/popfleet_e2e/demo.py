@@ -29,6 +29,13 @@ from popfleet_testbed import controlplane, errors, processes
 
 NAMESPACE = "demo"
 PID_FILE = "demo.pid"
+MAX_RUN_S = 8 * 3600  # the traffic's own bound; Ctrl-C or make demo-down end it sooner
+INTRO = """popfleet demo: the user story on a local Kubernetes testbed (no Docker)
+  a real kube-apiserver, controller-manager and scheduler on 127.0.0.1, and a process kubelet
+  that runs each pod's containers as local processes with a loopback pod IP. Next: helm install
+  the chart, 3 brokers, a topic and a PULL group, traffic with one consumer that hangs, then
+  the group switched to POP so that nobody waits for the hung consumer any more.
+"""
 
 
 def say(line: str) -> None:
@@ -56,16 +63,17 @@ def _show(access: ClusterAccess) -> None:
 
 def _status_line(story: steps.Story) -> str:
     counts = story.running_traffic().tally.counts()
+    access = story.access
     try:
-        listed = brokers.current(story.access, steps.CLUSTER)
-        lag = sum(brokers.lag_by_queue(story.access, listed, steps.GROUP, steps.TOPIC).values())
-        lag_text = f"lag {lag}"
+        listed = brokers.current(access, steps.CLUSTER)
+        lag = sum(brokers.lag_by_queue(access, listed, steps.GROUP, steps.TOPIC).values())
+        flying = brokers.in_flight(access, listed, steps.GROUP, steps.TOPIC)
+        broker_text = f"lag {lag}, in flight {flying}"
     except ScenarioError as exc:
-        lag_text = f"lag unknown ({exc})"
+        broker_text = f"brokers not answering ({exc})"
     return (
-        f"{time.strftime('%H:%M:%S')} sent {counts['acked']} (failed {counts['failed_sends']}), "
-        f"consumed {counts['consumed']}, hung consumer sits on {counts['held_by_hung']}, "
-        f"{lag_text}"
+        f"{time.strftime('%H:%M:%S')}  sent {counts['acked']} (failed {counts['failed_sends']})"
+        f"  consumed {counts['consumed']}  redelivered {counts['redelivered']}  {broker_text}"
     )
 
 
@@ -84,9 +92,10 @@ def up(run_dir: Path, *, every_s: float) -> int:
     pid = os.getpid()
     me = processes.Recorded(pid=pid, start_ticks=processes.start_ticks(pid) or -1)
     processes.write_pid_file(run_dir / PID_FILE, me)
+    say(INTRO)
     info = _testbed(run_dir)
     access = testbed_access.access(info, NAMESPACE)
-    story = steps.Story(access)
+    story = steps.Story(access, traffic_max_s=MAX_RUN_S)
     try:
         scenario.run_steps(story, scenario.SETUP, say=say)
         _show(access)
@@ -94,6 +103,7 @@ def up(run_dir: Path, *, every_s: float) -> int:
         stop = threading.Event()  # from here on, Ctrl-C and SIGTERM end the loop cleanly
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda _signum, _frame: stop.set())
+        say("Traffic keeps flowing; the hung consumer still holds what it took (in flight).")
         while not stop.wait(every_s):
             say(_status_line(story))
     finally:
@@ -105,14 +115,24 @@ def up(run_dir: Path, *, every_s: float) -> int:
     return 0
 
 
+def _stop_demo(recorded: processes.Recorded, *, grace_s: float = 60) -> None:
+    """SIGTERM the demo process (not a group leader: make started it), SIGKILL after grace."""
+    os.kill(recorded.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while processes.alive(recorded) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if processes.alive(recorded):
+        os.kill(recorded.pid, signal.SIGKILL)
+
+
 def down(run_dir: Path) -> int:
     recorded = processes.read_pid_file(run_dir / PID_FILE)
     if recorded is not None and processes.alive(recorded):
-        say(f"stopping the demo (pid {recorded.pid}) ...")
-        processes.stop(recorded, grace_s=60)
+        say(f"stopping the demo (pid {recorded.pid}): traffic first ...")
+        _stop_demo(recorded)
     (run_dir / PID_FILE).unlink(missing_ok=True)
     if (run_dir / "testbed.json").exists() or controlplane.running(run_dir):
-        say(f"stopping the testbed in {run_dir} ...")
+        say(f"stopping the testbed in {run_dir} (brokers, operator, control plane) ...")
         controlplane.down(run_dir)
     say("demo down: nothing left running")
     return 0
@@ -128,7 +148,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return up(run_dir, every_s=args.every_s) if args.cmd == "up" else down(run_dir)
     except (ScenarioError, errors.TestbedError) as exc:
-        say(f"popfleet-demo {args.cmd}: {exc}")
+        say(f"popfleet-demo {args.cmd} failed: {exc}")
+        if args.cmd == "up":
+            say("the testbed may still run: `make demo-down` stops it")
         return 1
 
 

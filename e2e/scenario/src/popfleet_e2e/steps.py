@@ -30,6 +30,7 @@ class Story:
     traffic: Traffic | None = None
     stalled: dict[tuple[str, int], int] = field(default_factory=dict)
     logbook: logs.LogBook = field(default_factory=logs.LogBook)
+    traffic_max_s: float = 1_800.0  # the producer's own bound (make demo runs longer)
 
     def running_traffic(self) -> Traffic:
         if self.traffic is None:
@@ -101,7 +102,10 @@ def start_traffic(story: Story) -> str:
     """A producer, two healthy PushConsumers and one hung PushConsumer on the group."""
     access = story.access
     endpoints = brokers.bootstrap(access, brokers.current(access, CLUSTER))
-    story.traffic = Traffic(endpoints=endpoints, topic=TOPIC, group=GROUP)
+    story.traffic = Traffic(
+        endpoints=endpoints, topic=TOPIC, group=GROUP, max_s=story.traffic_max_s,
+        max_messages=int(story.traffic_max_s * 10),
+    )  # fmt: skip
     story.traffic.start()
     tally = story.traffic.tally
     waits.until(

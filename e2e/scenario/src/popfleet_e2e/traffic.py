@@ -162,7 +162,7 @@ class Traffic:
     group: str
     healthy: int = 2
     rate_per_s: float = 10.0
-    max_messages: int = 20_000
+    max_messages: int = 18_000
     max_s: float = 1_800.0
     tally: Tally = field(default_factory=Tally)
     _consumers: list[Any] = field(default_factory=list)

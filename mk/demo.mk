@@ -1,0 +1,12 @@
+# make demo (the Makefile's target): the user story live on a local testbed in $(DEMO_DIR),
+# run by popfleet_e2e.demo until Ctrl-C; make demo-down stops it and the testbed (recorded PIDs).
+DEMO_DIR ?= /tmp/popfleet-demo
+
+.PHONY: demo-down demo-store
+
+demo-down: ## stop make demo: its process, then its testbed (by recorded PIDs)
+	@if test -x $(VENV)/bin/popfleet-demo; then \
+	  $(VENV)/bin/popfleet-demo down --run-dir $(DEMO_DIR); fi
+
+demo-store: $(STAMP) ## the store-only demo: one store role on a scratch dir (popbroker demo)
+	$(VENV)/bin/popbroker demo
