@@ -95,22 +95,45 @@ def helm_sets(values_file: Path) -> tuple[str, ...]:
     return tuple(_flatten("", values))
 
 
+def story_namespace(values_file: Path, requested: str | None) -> str:
+    """Where the story runs with these chart values: a namespace the operator watches.
+
+    The scenario installs the chart itself, so values that keep the CRDs out of the release
+    cannot run it (they are for the static checks and manual installs).
+    """
+    values = yaml.safe_load(values_file.read_text()) or {}
+    if (values.get("crds") or {}).get("install") is False:
+        raise KindAccessError(f"{values_file}: crds.install=false; the scenario needs the CRDs")
+    watched = list((values.get("operator") or {}).get("watchNamespaces") or [])
+    if requested is None:
+        return str(watched[0]) if watched else DEFAULT_NAMESPACE
+    if watched and requested not in watched:
+        raise KindAccessError(f"{values_file}: the operator does not watch {requested!r}")
+    return requested
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--bin-dir", type=Path, required=True, help="kubectl and helm")
     parser.add_argument("--values", type=Path, default=KIND_DIR / "values" / "kind.yaml")
-    parser.add_argument("--namespace", default=DEFAULT_NAMESPACE)
+    parser.add_argument("--namespace", help=f"default: a watched one, else {DEFAULT_NAMESPACE}")
     args = parser.parse_args(argv)
+    try:
+        namespace = story_namespace(args.values, args.namespace)
+        sets = helm_sets(args.values)
+    except KindAccessError as exc:
+        print(f"e2e-kind: {exc}", file=sys.stderr)
+        return 2
 
     from popfleet_e2e.access import ClusterAccess  # noqa: PLC0415 - only for a real run
 
     access = ClusterAccess(
         kubeconfig=args.kubeconfig,
-        namespace=args.namespace,
+        namespace=namespace,
         resolve=pod_network_resolver(pod_subnet()),
         bin_dir=args.bin_dir,
-        helm_values=helm_sets(args.values),
+        helm_values=sets,
     )
     return run_scenario(access)
 

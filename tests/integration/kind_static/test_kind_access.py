@@ -82,3 +82,13 @@ def test_kind_run_uses_the_shared_scenario_as_e2e_local_does() -> None:
     )
     assert access.resolve("10.244.1.2:9877") == "10.244.1.2:9877"
     assert "image.pullPolicy=Never" in access.helm_values
+
+
+def test_story_namespace_follows_the_values() -> None:
+    values = KIND / "values"
+    assert kind_access.story_namespace(values / "kind.yaml", None) == "popfleet-e2e"
+    assert kind_access.story_namespace(values / "auth-tls.yaml", None) == "popfleet-secure"
+    with pytest.raises(kind_access.KindAccessError, match="does not watch"):
+        kind_access.story_namespace(values / "auth-tls.yaml", "elsewhere")
+    with pytest.raises(kind_access.KindAccessError, match=r"crds.install=false"):
+        kind_access.story_namespace(values / "minimal.yaml", None)
