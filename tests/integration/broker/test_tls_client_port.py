@@ -8,8 +8,6 @@ that certificate (``tls_probe.py``).
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import json
 import os
 import subprocess
@@ -19,52 +17,15 @@ from pathlib import Path
 
 import grpc
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from rocketmq.grpc_protocol import definition_pb2 as definition
 from rocketmq.grpc_protocol import service_pb2 as service
 from rocketmq.grpc_protocol import service_pb2_grpc as service_grpc
 
+from tests.integration.broker.certs import make_certificate
 from tests.integration.broker.conftest import GROUP, GROUPS, TOPIC, TOPICS
 from tests.integration.broker.harness import MODES, BrokerProcess
 
 PROBE = Path(__file__).with_name("tls_probe.py")
-
-
-def make_certificate(directory: Path) -> tuple[Path, Path]:
-    """A self-signed server certificate for 127.0.0.1 and localhost, and its key (PEM)."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "popfleet-test")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-            ),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "tls.crt", directory / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
 
 
 @pytest.fixture(scope="module", params=MODES)
