@@ -2,7 +2,8 @@
 
 The bodies come from :mod:`popfleet_audit.publishing`; this module only talks
 (plain JSON over the client's ``call_api``, as the operator does). Credentials:
-``--kubeconfig`` when given, else the pod's service account (in-cluster). The
+``--kubeconfig`` when given, else ``$KUBECONFIG`` when set, else the pod's service account
+(in-cluster). The
 audit Role allows exactly: get/list ConsumerGroups, patch
 ``consumergroups/status``, create Events. A group whose patch or Event fails is
 logged; after trying every group, :class:`PublishError` says how many failed.
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from typing import Any
 from urllib.parse import quote
 
@@ -35,6 +37,8 @@ async def _api_client(audit: AuditConfig) -> client.ApiClient:
         await config.load_kube_config(
             config_file=str(audit.kubeconfig), client_configuration=configuration
         )
+    elif os.environ.get("KUBECONFIG"):  # as the operator: the local testbed gives pods one
+        await config.load_kube_config(client_configuration=configuration)
     else:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     return client.ApiClient(configuration)
