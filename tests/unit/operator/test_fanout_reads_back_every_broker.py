@@ -197,3 +197,20 @@ def test_an_unreachable_broker_keeps_its_last_epoch_so_a_wiped_one_is_noticed() 
     assert runtime.epoch_changes(previous, {e["name"]: e["configEpoch"] for e in entries}) == []
     back = {"demo-0": "a", "demo-1": "new"}
     assert runtime.epoch_changes(entries, back) == [("demo-1", "old", "new")]
+
+
+async def test_a_topic_backlog_counts_only_the_groups_that_consume_it(
+    brokers: dict[str, InMemoryBrokerAdmin],
+) -> None:
+    """billing subscribes to orders only: messages on audit-log are nobody's backlog of it."""
+    await fanout.sync_topic(brokers, topic(1))
+    await fanout.sync_topic(
+        brokers, specs.parse_topic("audit-log", {"clusterRef": {"name": "demo"}, "queues": 1})
+    )
+    await fanout.sync_group(brokers, group())
+    brokers["demo-0"].set_queue_bounds("audit-log", 0, low=0, high=3)
+    assert await fanout.broker_backlog(brokers["demo-0"], topic="audit-log") == 0
+    assert await fanout.group_backlog(brokers["demo-0"], "billing", ("audit-log",)) == 0
+    brokers["demo-0"].set_queue_bounds("orders", 0, low=0, high=2)
+    assert await fanout.broker_backlog(brokers["demo-0"], topic="orders") == 2
+    assert await fanout.broker_backlog(brokers["demo-0"]) == 2
