@@ -86,3 +86,33 @@ def base_images(steps: list[Instruction]) -> list[BaseImage]:
 def final_stage(steps: list[Instruction]) -> list[Instruction]:
     last = max(step.stage for step in steps)
     return [step for step in steps if step.stage == last]
+
+
+def ignore_rules(path: Path) -> list[tuple[bool, str]]:
+    """``.dockerignore`` as (negated, pattern) in file order."""
+    rules = []
+    for raw in path.read_text().splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        negated = line.startswith("!")
+        rules.append((negated, line.lstrip("!").strip("/")))
+    return rules
+
+
+def _matches(pattern: str, name: str) -> bool:
+    """Docker's matching: ``**`` spans directories, ``*`` stays within one; a pattern that
+    matches a directory matches everything under it."""
+    regex = re.escape(pattern).replace(r"\*\*/", "(.*/)?").replace(r"\*\*", ".*")
+    regex = regex.replace(r"\*", "[^/]*").replace(r"\?", "[^/]")
+    parts = name.split("/")
+    return any(re.fullmatch(regex, "/".join(parts[:i])) for i in range(1, len(parts) + 1))
+
+
+def ignored(rules: list[tuple[bool, str]], name: str) -> bool:
+    """Whether the build context leaves ``name`` (repo-relative) out; the last match wins."""
+    verdict = False
+    for negated, pattern in rules:
+        if _matches(pattern, name):
+            verdict = not negated
+    return verdict
