@@ -64,6 +64,7 @@ class _Worker:
     name: str
     proc: subprocess.Popen[bytes]
     client_id: str = ""
+    hanging: bool = False
     hung: list[str] = field(default_factory=list)
 
 
@@ -165,6 +166,8 @@ class PushFleet:
                     float(event["t"]),
                 )
             )
+        elif kind == "hanging":
+            self._workers[name].hanging = True
         elif kind == "hung":
             self._workers[name].hung.append(str(event["body"]))
 
@@ -184,6 +187,16 @@ class PushFleet:
     def hang(self, name: str) -> None:
         """From now on ``name``'s listener never returns (it never acks again)."""
         self._command(name, "hang")
+        wait_until(
+            lambda: self._hanging(name),
+            what=f"{name} hanging",
+            timeout_s=START_TIMEOUT_S,
+            check=self._check_alive,
+        )
+
+    def _hanging(self, name: str) -> bool:
+        with self._lock:
+            return self._workers[name].hanging
 
     def stop(self) -> None:
         """Ask every worker to stop; SIGKILL (by PID) whatever outlives the deadline."""
@@ -243,13 +256,14 @@ def wait_until(
     what: str,
     timeout_s: float,
     check: Callable[[], None] = lambda: None,
+    state: Callable[[], object] = lambda: "",
 ) -> None:
-    """Poll ``predicate`` until true; TimeoutError after ``timeout_s``."""
+    """Poll ``predicate`` until true; TimeoutError (with ``state()``) after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while not predicate():
         check()
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: not within {timeout_s:.1f} s")
+            raise TimeoutError(f"{what}: not within {timeout_s:.1f} s {state()}")
         time.sleep(POLL_S)
 
 

@@ -15,7 +15,8 @@ Worker (``python -m bench.peers.pushworker --endpoint E --group G --topic T
     "attempt", "body", "t"}`` after each message's processing (``queue`` is the
     queue id in the receipt handle — the queue the broker popped it from;
     ``retry`` is true for a message read from the group's retry topic; ``t`` is
-    wall time in seconds); ``{"event": "hung", "name", "body", "t"}`` when a
+    wall time in seconds); ``{"event": "hanging", "name"}`` once a ``hang``
+    command took effect; ``{"event": "hung", "name", "body", "t"}`` when a
     message reaches a hung listener.
   * stdin, one command per line: ``hang`` — from now on the listener never
     returns, so the consumer never acks, keeps heartbeating and keeps
@@ -145,6 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         command = line.strip()
         if command == "hang":
             listener.hang.set()
+            output.emit(event="hanging", name=args.name)
         elif command == "stop":
             break
     listener.release.set()
