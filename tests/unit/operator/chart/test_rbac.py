@@ -23,7 +23,38 @@ def test_namespaced_rules_are_exactly_what_the_operator_uses() -> None:
     assert verbs(rules, "apps", "statefulsets") == {"get", "create", "patch"}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        assert "delete" not in rule["verbs"]
+        if "delete" in rule["verbs"]:  # only audit runs beyond the history limits
+            assert set(rule["resources"]) <= {"jobs", "sparkapplications"}
+
+
+def test_audit_rules_cover_runs_identity_and_only_binding_the_driver_role() -> None:
+    docs = render()
+    rules = one(docs, "ClusterRole", "rel-popfleet")["rules"]
+    assert verbs(rules, "batch", "jobs") == {"list", "create", "delete"}
+    assert verbs(rules, "sparkoperator.k8s.io", "sparkapplications") == {
+        "list",
+        "create",
+        "delete",
+    }
+    assert verbs(rules, "", "serviceaccounts") == {"get", "create", "patch"}
+    for resource in ("roles", "rolebindings"):
+        assert verbs(rules, "rbac.authorization.k8s.io", resource) == {"get", "create", "patch"}
+    # The Role the operator creates for audit pods may only grant what the operator holds.
+    assert {"get", "list"} <= verbs(rules, "popfleet.io", "consumergroups")
+    assert "patch" in verbs(rules, "popfleet.io", "consumergroups/status")
+    assert "create" in verbs(rules, "", "events")
+    (bind,) = [r for r in rules if "clusterroles" in r["resources"]]
+    assert bind["verbs"] == ["bind"]
+    assert bind["resourceNames"] == ["rel-popfleet-audit-spark-driver"]
+    driver = one(docs, "ClusterRole", "rel-popfleet-audit-spark-driver")["rules"]
+    assert "create" in verbs(driver, "", "pods") and "delete" in verbs(driver, "", "pods")
+    assert verbs(rules, "", "pods") == {"get", "list", "watch"}  # the operator makes no pods
+    (deployment,) = by_kind(docs, "Deployment")
+    env = {
+        e["name"]: e.get("value")
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["POPFLEET_AUDIT_SPARK_CLUSTERROLE"] == "rel-popfleet-audit-spark-driver"
 
 
 def test_cluster_wide_by_default() -> None:
