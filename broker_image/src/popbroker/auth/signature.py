@@ -44,6 +44,11 @@ MAX_HEADER_CHARS = 1024
 _DATE = re.compile(r"^[0-9]{8}T[0-9]{6}Z$")
 _HEX_SIGNATURE = re.compile(r"^[0-9a-fA-F]{40}$")
 _FIELDS = ("Credential", "SignedHeaders", "Signature")
+# What the official clients send, byte for byte: one match instead of the field-by-field parse.
+_CANONICAL = re.compile(
+    r"^MQv2-HMAC-SHA1 Credential=([^,\s=]+), SignedHeaders=x-mq-date-time, "
+    r"Signature=([0-9a-fA-F]{40})$"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +69,9 @@ def parse_authorization(value: str) -> Authorization:
     """Parse ``MQv2-HMAC-SHA1 Credential=..., SignedHeaders=..., Signature=...``."""
     if len(value) > MAX_HEADER_CHARS:
         raise Unauthenticated("authorization header too long")
+    canonical = _CANONICAL.fullmatch(value)
+    if canonical is not None:
+        return Authorization(canonical[1], (DATE_HEADER,), canonical[2].lower())
     algorithm, _, rest = value.strip().partition(" ")
     if algorithm != ALGORITHM:
         raise Unauthenticated(f"unsupported authorization scheme (expected {ALGORITHM})")
@@ -90,8 +98,16 @@ def parse_date(value: str) -> datetime:
     """The ``x-mq-date-time`` value as an aware UTC datetime."""
     if not _DATE.fullmatch(value):
         raise Unauthenticated(f"{DATE_HEADER} is not of the form YYYYMMDDTHHMMSSZ")
-    try:
-        return datetime.strptime(value, DATE_FORMAT).replace(tzinfo=UTC)
+    try:  # by hand: strptime costs more than the rest of the check (it runs on every call)
+        return datetime(
+            int(value[0:4]),
+            int(value[4:6]),
+            int(value[6:8]),
+            int(value[9:11]),
+            int(value[11:13]),
+            int(value[13:15]),
+            tzinfo=UTC,
+        )
     except ValueError as exc:
         raise Unauthenticated(f"{DATE_HEADER} is not a valid time") from exc
 

@@ -37,16 +37,32 @@ class CallCounter(handlers.MessagingInterceptor):
 
     def __init__(self, metrics: PopackMetrics) -> None:
         self._metrics = metrics
+        # Labelled children by (rpc or op, code): ``labels()`` takes a lock on every call.
+        self._requests: dict[tuple[str, int], Any] = {}
+        self._messages: dict[tuple[str, int], Any] = {}
+
+    def _request(self, rpc: str, code: int) -> Any:
+        child = self._requests.get((rpc, code))
+        if child is None:
+            child = self._requests[(rpc, code)] = self._metrics.requests.labels(
+                rpc, code_name(code)
+            )
+        return child
+
+    def _message(self, op: str, code: int) -> Any:
+        child = self._messages.get((op, code))
+        if child is None:
+            child = self._messages[(op, code)] = self._metrics.messages.labels(op, code_name(code))
+        return child
 
     def _unary_done(self, rpc: str, response: Any) -> None:
-        metrics = self._metrics
-        code = code_name(response.status.code)
-        metrics.requests.labels(rpc, code).inc()
+        code = response.status.code
+        self._request(rpc, code).inc()
         if rpc in _ENTRY_OPS:
             for entry in response.entries:
-                metrics.messages.labels(_ENTRY_OPS[rpc], code_name(entry.status.code)).inc()
+                self._message(_ENTRY_OPS[rpc], entry.status.code).inc()
         elif rpc in _CALL_OPS:
-            metrics.messages.labels(_CALL_OPS[rpc], code).inc()
+            self._message(_CALL_OPS[rpc], code).inc()
 
     def wrap_rpc(self, handler: Any, rpc: str, handler_call_details: Any) -> Any:
 
@@ -77,6 +93,6 @@ class CallCounter(handlers.MessagingInterceptor):
     def _stream_done(self, rpc: str, status: int | None, delivered: int) -> None:
         if rpc == "Telemetry":
             return  # a long-lived stream of settings, not a request
-        self._metrics.requests.labels(rpc, code_name(status or Code.OK)).inc()
+        self._request(rpc, status or Code.OK).inc()
         if delivered and rpc in _STREAM_OPS:
-            self._metrics.messages.labels(_STREAM_OPS[rpc], "OK").inc(delivered)
+            self._message(_STREAM_OPS[rpc], Code.OK).inc(delivered)
