@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from popbroker.pop import checkpoints, orderinfo, popping, records
 from popbroker.pop.checkpointbuffer import BufferSettings, CheckpointBuffer
-from popbroker.pop.checkpoints import QueueKey
+from popbroker.pop.checkpoints import CheckpointKey, QueueKey
 from popbroker.pop.reviving import ReviveLedger
 from tests.unit.pop.popworld import RETRY, PopWorld
 
@@ -112,16 +112,19 @@ def test_13_never_acking_consumer_stops_at_the_inflight_threshold() -> None:
     counter = popping.InflightCounter()
     queue = QueueKey("orders", "billing", 0)
     popped = 0
-    for _ in range(100):
-        if counter.over_threshold(queue, 64):
+    for start in range(0, 3200, 32):
+        if counter.over_threshold(queue, 64, now_ms=0):
             break
-        counter.on_pop(queue, 32)
+        batch = CheckpointKey("orders", "billing", 0, start, 0, "b")
+        counter.on_pop(batch, range(start, start + 32), until_ms=60_000)
         popped += 32
-    assert popped == 96
-    counter.on_resolved(queue, 64)  # acks or revives bring it back under
-    assert not counter.over_threshold(queue, 64)
-    counter.on_resolved(queue, 10**6)  # acks of pre-restart pops never go negative
-    assert counter.inflight(queue) == 0
+    assert popped == 64
+    for offset in range(32):  # acks bring it back under
+        counter.on_ack(CheckpointKey("orders", "billing", 0, 0, 0, "b"), offset)
+    assert not counter.over_threshold(queue, 64, now_ms=0)
+    counter.on_ack(CheckpointKey("orders", "billing", 0, 9_999, 0, "b"), 9_999)  # pre-restart
+    assert counter.inflight(queue, now_ms=0) == 32
+    assert counter.inflight(queue, now_ms=60_000) == 0  # past the deadline revive owns them
 
 
 def test_15_fifo_queue_of_only_unmatched_messages_commits_to_max() -> None:

@@ -43,12 +43,20 @@ proxy has 10 s .. 12 h; we allow 1 s so short-deadline tests and consumers
 work — short CKs bypass the buffer and are written at once). A change of
 invisible time accepts 0 .. 12 h (0 = visible again as soon as revive runs).
 
-In-flight guard (upstream #7772, optional like ``enablePopMessageThreshold``):
-:class:`InflightCounter` counts popped-but-unresolved messages per queue (+n
-per pop, -1 per ack, -n per revived CK); a queue over the threshold is skipped
-(``VisitOutcome.OVER_THRESHOLD``) so a consumer that never acks cannot make
-retry traffic grow without bound. The counter is memory-only and clamps at
-0: acks of messages popped before a restart must not drive it negative.
+In-flight guard (upstream #7772, fact sheet §1.4/§1.11; bounded per queue):
+:class:`InflightCounter` holds, per queue, the messages handed out and not
+acked yet, batch by batch (a batch = one checkpoint key) until the batch's
+invisible deadline: +n per pop, -1 per ack (idempotent: a repeated ack or the
+ack of a pre-restart pop changes nothing), a change of invisible time moves the
+message into a new one-message batch, and a batch whose deadline passed stops
+counting (revive hands its messages out again, from the retry topic). A
+non-FIFO queue reads at most the room left under the threshold, and a queue
+with no room is skipped (``VisitOutcome.OVER_THRESHOLD``: its backlog goes to
+``rest_num``; the pop returns fewer or no messages and reports the skip), so
+a consumer that never acks cannot pile up unbounded in-flight work and revive
+traffic. FIFO queues are bounded by blocking instead. The counter is
+memory-only: after a restart it starts empty, which only lets a queue be
+popped sooner.
 
 Callers: the popack services' ReceiveMessage handler.
 """
@@ -60,7 +68,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from popbroker.pop import errors, receipts, retrytopics
-from popbroker.pop.checkpoints import QueueKey
+from popbroker.pop.checkpoints import CheckpointKey, QueueKey
 
 MAX_BATCH_SIZE = 32
 POP_RETRY_PROBABILITY_PERCENT = 20
@@ -243,31 +251,59 @@ def total_rest(contributions: Sequence[int]) -> int:
 
 
 class InflightCounter:
-    """Popped-but-unresolved messages per queue (see the module docstring)."""
+    """Handed-out, un-acked messages per queue, until their deadline (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._counts: dict[QueueKey, int] = {}
+        # queue -> batch -> (invisible deadline, offsets not acked yet)
+        self._batches: dict[QueueKey, dict[CheckpointKey, tuple[int, set[int]]]] = {}
 
-    def on_pop(self, queue_key: QueueKey, count: int) -> None:
-        """``count`` messages of the queue were handed out."""
-        self._counts[queue_key] = self._counts.get(queue_key, 0) + count
+    def on_pop(self, batch: CheckpointKey, queue_offsets: Sequence[int], *, until_ms: int) -> None:
+        """The messages at ``queue_offsets`` were handed out in ``batch``, invisible until then."""
+        if not queue_offsets:
+            return
+        queue = _queue_of(batch)
+        _, pending = self._batches.setdefault(queue, {}).setdefault(batch, (until_ms, set()))
+        pending.update(queue_offsets)
 
-    def on_resolved(self, queue_key: QueueKey, count: int = 1) -> None:
-        """``count`` messages were acked or revived (clamped at 0)."""
-        remaining = self._counts.get(queue_key, 0) - count
-        if remaining > 0:
-            self._counts[queue_key] = remaining
-        else:
-            self._counts.pop(queue_key, None)
+    def on_ack(self, batch: CheckpointKey, queue_offset: int) -> None:
+        """The message at ``queue_offset`` of ``batch`` was acked (or moved to a new batch)."""
+        queue = _queue_of(batch)
+        batches = self._batches.get(queue)
+        entry = batches.get(batch) if batches is not None else None
+        if batches is None or entry is None:
+            return  # popped before a restart, expired, or already fully acked
+        entry[1].discard(queue_offset)
+        if not entry[1]:
+            del batches[batch]
+            if not batches:
+                del self._batches[queue]
 
     def clear(self, queue_key: QueueKey) -> None:
-        """Forget the queue (FIFO pop, offset reset)."""
-        self._counts.pop(queue_key, None)
+        """Forget the queue (offset reset)."""
+        self._batches.pop(queue_key, None)
 
-    def inflight(self, queue_key: QueueKey) -> int:
-        """Current count for the queue."""
-        return self._counts.get(queue_key, 0)
+    def inflight(self, queue_key: QueueKey, now_ms: int) -> int:
+        """Messages of the queue handed out, un-acked and still invisible at ``now_ms``."""
+        batches = self._batches.get(queue_key)
+        if batches is None:
+            return 0
+        for expired in [k for k, (until_ms, _) in batches.items() if until_ms <= now_ms]:
+            del batches[expired]
+        if not batches:
+            del self._batches[queue_key]
+            return 0
+        return sum(len(pending) for _, pending in batches.values())
 
-    def over_threshold(self, queue_key: QueueKey, threshold: int) -> bool:
-        """True when the queue must be skipped (threshold <= 0 disables the guard)."""
-        return threshold > 0 and self._counts.get(queue_key, 0) > threshold
+    def room(self, queue_key: QueueKey, threshold: int, now_ms: int) -> int | None:
+        """How many more messages the queue may hand out; None when unbounded (threshold <= 0)."""
+        if threshold <= 0:
+            return None
+        return max(0, threshold - self.inflight(queue_key, now_ms))
+
+    def over_threshold(self, queue_key: QueueKey, threshold: int, now_ms: int) -> bool:
+        """True when the queue must be skipped: no room left under ``threshold``."""
+        return self.room(queue_key, threshold, now_ms) == 0
+
+
+def _queue_of(batch: CheckpointKey) -> QueueKey:
+    return QueueKey(batch.topic, batch.group, batch.queue_id)

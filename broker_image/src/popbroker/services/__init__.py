@@ -13,7 +13,9 @@ Modules:
   * :mod:`~popbroker.services.messages` — message values and their store properties.
   * :mod:`~popbroker.services.revivelog` — appending CK/ACK records to the revive log.
   * :mod:`~popbroker.services.popstate` — the popack role's in-memory state.
-  * :mod:`~popbroker.services.popping` — one pop attempt over a request's queues.
+  * :mod:`~popbroker.services.popping` — one pop attempt over a request's queues;
+    :mod:`~popbroker.services.popattempt` (its values and shared reads),
+    :mod:`~popbroker.services.fifopopping` (FIFO queues).
   * :mod:`~popbroker.services.receiving` — a receive: validation, pop, long polling.
   * :mod:`~popbroker.services.flushing` — CK flush and offset-commit loop.
   * :mod:`~popbroker.services.acking` — ack, change invisible time, forward to DLQ.
@@ -21,7 +23,9 @@ Modules:
   * :mod:`~popbroker.services.sending` — validation, queue choice, idempotent sends.
   * :mod:`~popbroker.services.pulling` — offset-based pulls and offsets (lite pull consumers).
   * :mod:`~popbroker.services.delaying` — DELAY messages held in the revive log.
-  * :mod:`~popbroker.services.reviving` — the revive role's loop.
+  * :mod:`~popbroker.services.reviving` — the revive role's loop;
+    :mod:`~popbroker.services.revivequeue` (one revive queue's worker),
+    :mod:`~popbroker.services.redelivery` (copying due checkpoints' messages).
   * :mod:`~popbroker.services.clients` — live clients per group.
   * :mod:`~popbroker.services.routing` — routes and assignments.
   * :mod:`~popbroker.services.popack` — the popack role's services wired together.

@@ -104,6 +104,7 @@ class Acker:
         outcome = self._state.buffer.ack(key, handle.queue_offset)
         if outcome is AckOutcome.BAD_INDEX:
             raise pop_errors.InvalidReceiptHandle("the handle's offset is not in its checkpoint")
+        self._state.inflight.on_ack(key, handle.queue_offset)
         if outcome is not AckOutcome.NOT_BUFFERED:
             return
         await self._check_offset_exists(target)
@@ -178,6 +179,11 @@ class Acker:
                 )
             except StoreError as exc:  # the old CK revives too: a duplicate, never a loss
                 log.warning("acking the superseded handle failed: %s", exc)
+        new_ck = change.checkpoint
+        state.inflight.on_ack(change.old_ack_key, change.queue_offset)
+        state.inflight.on_pop(
+            new_ck.key, [change.queue_offset], until_ms=new_ck.pop_time_ms + new_ck.invisible_ms
+        )
         state.superseded.add(
             change.old_ack_key,
             change.queue_offset,

@@ -4,7 +4,8 @@ Everything a crash may lose lives here, and losing it is safe by design
 (DESIGN §3.2): buffered checkpoints were never committed past, so their
 messages are popped again from the original queues; superseded handles only
 make old handles acceptable again; FIFO order info falls back to "only an ack
-at the committed offset advances it".
+at the committed offset advances it"; the in-flight counts start empty (a
+queue is popped sooner, never later).
 
 Concurrency: the services run on one asyncio loop and call the pure core's
 synchronous methods without awaiting in between, so no mutex guards the
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from popbroker.pop import invisibility, orderinfo
 from popbroker.pop.checkpointbuffer import CheckpointBuffer
 from popbroker.pop.checkpoints import QueueKey
+from popbroker.pop.popping import InflightCounter
 from popbroker.pop.queuelocks import QueueLocks
 from popbroker.services.settings import Clock
 
@@ -75,6 +77,7 @@ class PopState:
         default_factory=invisibility.SupersededHandles
     )
     order_infos: dict[QueueKey, orderinfo.OrderInfo] = field(default_factory=dict)
+    inflight: InflightCounter = field(default_factory=InflightCounter)
     rng: random.Random = field(default_factory=random.Random)
     request_seq: int = 0
 

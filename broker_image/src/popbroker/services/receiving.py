@@ -43,7 +43,8 @@ from popbroker.services import errors
 from popbroker.services.configcache import ConfigCache
 from popbroker.services.longpolling import LongPolling, Waiter
 from popbroker.services.messages import DeliveredMessage
-from popbroker.services.popping import Popper, PopRequest
+from popbroker.services.popattempt import PopRequest
+from popbroker.services.popping import Popper
 from popbroker.services.settings import PopackSettings
 from popbroker.store import filters
 from popbroker.store.api import Permission

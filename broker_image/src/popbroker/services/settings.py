@@ -43,6 +43,7 @@ class PopackSettings:
     max_long_polling_ms: int = 20_000
     long_polling_margin_ms: int = 800  # answer this long before the client's deadline
     max_parked_requests: int = 10_000
+    pop_inflight_threshold: int = 10_000  # un-acked messages per queue before pops skip it; 0: off
     receive_batch_size: int = 32
     send_dedup_window_ms: int = 10 * 60 * 1000
     send_dedup_max_entries: int = 200_000
