@@ -172,6 +172,38 @@ async def test_the_wire_answers_in_the_response_body(secured: BrokerProcess) -> 
         assert [r.status.code for r in forbidden] == [definition.Code.FORBIDDEN]
 
 
+async def test_telemetry_settings_for_a_forbidden_group_are_refused(
+    secured: BrokerProcess,
+) -> None:
+    def settings() -> Any:
+        subscription = definition.Subscription(
+            group=definition.Resource(name=GROUP),
+            subscriptions=[definition.SubscriptionEntry(topic=definition.Resource(name=TOPIC))],
+        )
+        return service.TelemetryCommand(
+            settings=definition.Settings(
+                client_type=definition.ClientType.SIMPLE_CONSUMER, subscription=subscription
+            )
+        )
+
+    async with grpc.aio.insecure_channel(secured.endpoint) as channel:
+        stub = service_grpc.MessagingServiceStub(channel)
+        for (ak, sk), expected in [
+            (("app", "app-secret"), definition.Code.OK),
+            (("reader", "reader-secret"), definition.Code.FORBIDDEN),
+        ]:
+            call = stub.Telemetry(metadata=_signed(ak, sk), timeout=10)
+            await call.write(settings())
+            reply = await call.read()
+            assert reply.status.code == expected, ak
+            await call.done_writing()
+            call.cancel()
+        unsigned = stub.Telemetry(metadata=[], timeout=10)
+        await unsigned.write(settings())
+        assert (await unsigned.read()).status.code == definition.Code.UNAUTHORIZED
+        unsigned.cancel()
+
+
 def test_a_bad_credentials_file_stops_the_role_with_a_clear_error(tmp_path: Path) -> None:
     bad = tmp_path / "credentials.yaml"
     bad.write_text("accounts:\n  - accessKey: app\n")  # no secret

@@ -153,3 +153,22 @@ def test_an_rpc_the_table_does_not_know_is_refused() -> None:
 def test_every_v2_rpc_has_a_rule() -> None:
     methods = service.DESCRIPTOR.services_by_name["MessagingService"].methods
     assert {m.name for m in methods} <= set(resources.CHECKS)
+
+
+def test_telemetry_settings_need_what_they_announce() -> None:
+    account, reader = app(), accounts.parse(DOC).by_key["reader"]
+    orders = definition.Resource(name="orders")
+    consumer = definition.Settings(
+        subscription=definition.Subscription(
+            group=definition.Resource(name="billing"),
+            subscriptions=[definition.SubscriptionEntry(topic=orders)],
+        )
+    )
+    producer = definition.Settings(publishing=definition.Publishing(topics=[orders]))
+    resources.authorize_settings(account, consumer)
+    resources.authorize_settings(account, producer)
+    with pytest.raises(Forbidden, match="group billing"):
+        resources.authorize_settings(reader, consumer)  # would join billing's assignment
+    with pytest.raises(Forbidden, match="publish"):
+        resources.authorize_settings(reader, producer)
+    resources.authorize_settings(reader, definition.Settings())  # neither: nothing to check

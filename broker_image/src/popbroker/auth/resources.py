@@ -16,9 +16,14 @@ QueryOffset                      subscribe on the queue's topic
 Heartbeat,                       the group when one is named
 NotifyClientTermination,
 SyncLiteSubscription
-Telemetry                        a valid credential (settings name no new resource
-                                 access; every data RPC is checked on its own)
+Telemetry                        a valid credential to open the stream; then each
+                                 ``settings`` command (:func:`authorize_settings`):
+                                 a subscription needs its group and subscribe on its
+                                 topics, publishing needs publish on its topics
 ===============================  ====================================================
+
+Settings are checked because they register the client as a live consumer of
+its group, which shapes the group's queue assignment.
 
 An RPC this table does not know is refused (:class:`Forbidden`): a new RPC in a
 newer client must be placed here before anyone may call it with credentials.
@@ -88,6 +93,17 @@ CHECKS: dict[str, Callable[[Account, Any], None]] = {
     "SyncLiteSubscription": _named_group,
     "Telemetry": _nothing,
 }
+
+
+def authorize_settings(account: Account, settings: Any) -> None:
+    """Raise :class:`Forbidden` unless ``account`` may announce these Telemetry ``settings``."""
+    if settings.WhichOneof("pub_sub") == "subscription":
+        account.check_group(settings.subscription.group.name)
+        for entry in settings.subscription.subscriptions:
+            account.check_subscribe(entry.topic.name)
+    elif settings.WhichOneof("pub_sub") == "publishing":
+        for topic in settings.publishing.topics:
+            account.check_publish(topic.name)
 
 
 def authorize(account: Account, rpc: str, request: Any) -> None:

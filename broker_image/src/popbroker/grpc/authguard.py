@@ -102,16 +102,43 @@ def _authorized(handler: Any, rpc: str, account: Account) -> Any:
 
     def streaming(behaviour: handlers.Streaming) -> handlers.Streaming:
         async def checked(request: Any, context: Any) -> AsyncIterator[Any]:
-            if rpc != "Telemetry":  # bidi: ``request`` is the command stream
-                try:
-                    resources.authorize(account, rpc, request)
-                except AuthError as exc:
-                    log.info("%s forbidden: %s", rpc, exc.reason)
-                    yield _refusal(rpc, exc)
-                    return
+            if rpc == "Telemetry":  # bidi: ``request`` is the command stream
+                async for response in _checked_telemetry(behaviour, account, request, context):
+                    yield response
+                return
+            try:
+                resources.authorize(account, rpc, request)
+            except AuthError as exc:
+                log.info("%s forbidden: %s", rpc, exc.reason)
+                yield _refusal(rpc, exc)
+                return
             async for response in behaviour(request, context):
                 yield response
 
         return checked
 
     return handlers.wrap(handler, unary=unary, streaming=streaming)
+
+
+async def _checked_telemetry(
+    behaviour: handlers.Streaming, account: Account, commands: Any, context: Any
+) -> AsyncIterator[Any]:
+    """Telemetry until a ``settings`` command the account may not send; that one is
+    answered FORBIDDEN and ends the stream (the servicer never sees it)."""
+    refused: list[AuthError] = []
+
+    async def allowed() -> AsyncIterator[Any]:
+        async for command in commands:
+            if command.HasField("settings"):
+                try:
+                    resources.authorize_settings(account, command.settings)
+                except AuthError as exc:
+                    log.info("Telemetry settings forbidden: %s", exc.reason)
+                    refused.append(exc)
+                    return
+            yield command
+
+    async for response in behaviour(allowed(), context):
+        yield response
+    if refused:
+        yield _refusal("Telemetry", refused[0])
