@@ -130,13 +130,16 @@ def test_wrong_missing_or_unknown_credentials_get_nothing(
         producer.shutdown()
 
 
-def _signed(ak: str, sk: str, date: str | None = None) -> list[tuple[str, str]]:
+def _signed(
+    ak: str, sk: str, date: str | None = None, *, client_id: str | None = None
+) -> list[tuple[str, str]]:
     date = date or datetime.now().strftime(signature.DATE_FORMAT)  # local time, as the client
     auth = (
         f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, "
         f"Signature={signature.sign(sk, date)}"
     )
-    return [("x-mq-date-time", date), ("authorization", auth), ("x-mq-client-id", "wire-test")]
+    client = client_id or f"wire-{ak}"
+    return [("x-mq-date-time", date), ("authorization", auth), ("x-mq-client-id", client)]
 
 
 async def test_the_wire_answers_in_the_response_body(secured: BrokerProcess) -> None:
@@ -170,6 +173,12 @@ async def test_the_wire_answers_in_the_response_body(secured: BrokerProcess) -> 
             )
         ]  # fmt: skip
         assert [r.status.code for r in forbidden] == [definition.Code.FORBIDDEN]
+        assert "group billing" in forbidden[0].status.message
+        borrowed = await stub.QueryRoute(
+            route, metadata=_signed("reader", "reader-secret", client_id="wire-app"), timeout=5
+        )  # reader may route the topic, but not as app's client
+        assert borrowed.status.code == definition.Code.FORBIDDEN
+        assert "another access key" in borrowed.status.message
 
 
 async def test_telemetry_settings_for_a_forbidden_group_are_refused(
@@ -195,7 +204,7 @@ async def test_telemetry_settings_for_a_forbidden_group_are_refused(
             call = stub.Telemetry(metadata=_signed(ak, sk), timeout=10)
             await call.write(settings())
             reply = await call.read()
-            assert reply.status.code == expected, ak
+            assert reply.status.code == expected, (ak, reply.status.message)
             await call.done_writing()
             call.cancel()
         unsigned = stub.Telemetry(metadata=[], timeout=10)

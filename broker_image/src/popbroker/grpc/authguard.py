@@ -7,7 +7,8 @@ Per call:
 
 1. Authenticate from metadata alone (:func:`popbroker.auth.signature.verify`):
    missing, malformed, forged, stale or unknown → the RPC's own response with
-   ``status UNAUTHORIZED`` (the servicer never runs).
+   ``status UNAUTHORIZED`` (the servicer never runs); a client id first used by
+   another access key → ``FORBIDDEN``.
 2. Authorize from the request (:func:`popbroker.auth.resources.authorize`):
    no permission → ``status FORBIDDEN``. Telemetry needs step 1 only.
 
@@ -26,10 +27,13 @@ from typing import Any
 
 from popbroker.auth import resources, signature
 from popbroker.auth.accounts import Account, Accounts
+from popbroker.auth.clientids import ClientIdOwners
 from popbroker.auth.errors import AuthError
 from popbroker.grpc import convert, handlers, statuses
 
 log = logging.getLogger(__name__)
+
+CLIENT_ID_HEADER = "x-mq-client-id"
 
 
 def utc_now() -> datetime:
@@ -53,14 +57,18 @@ class AuthGuard(handlers.MessagingInterceptor):
         self._accounts = accounts
         self._secrets = accounts.secrets
         self._clock = clock
+        self._client_ids = ClientIdOwners()
 
     def authenticate(self, metadata: Any) -> Account:
+        """The caller's account; its client id must be its own (:mod:`popbroker.auth.clientids`)."""
+        headers = _headers(metadata)
         access_key = signature.verify(
-            _headers(metadata),
+            headers,
             self._secrets,
             now=self._clock(),
             max_clock_skew_s=self._accounts.max_clock_skew_s,
         )
+        self._client_ids.claim(headers.get(CLIENT_ID_HEADER), access_key)
         return self._accounts.by_key[access_key]
 
     def wrap_rpc(self, handler: Any, rpc: str, handler_call_details: Any) -> Any:
