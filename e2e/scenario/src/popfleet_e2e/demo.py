@@ -22,13 +22,17 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from popfleet_e2e import brokers, scenario, steps
+from popfleet_e2e import auditing, brokers, scenario, steps
 from popfleet_e2e import testbed as testbed_access
 from popfleet_e2e.access import ClusterAccess, ScenarioError
 from popfleet_testbed import controlplane, errors, processes
 
 NAMESPACE = "demo"
 PID_FILE = "demo.pid"
+AUDIT_SCHEDULE = "*/2 * * * *"
+_NO_AUDIT_YET = (
+    f"audit: scheduled '{AUDIT_SCHEDULE}' (a Spark Job); its summary is printed when a run ends"
+)
 MAX_RUN_S = 8 * 3600  # the traffic's own bound; Ctrl-C or make demo-down end it sooner
 INTRO = """popfleet demo: the user story on a local Kubernetes testbed (no Docker)
   a real kube-apiserver, controller-manager and scheduler on 127.0.0.1, and a process kubelet
@@ -56,9 +60,8 @@ def _testbed(run_dir: Path) -> controlplane.Info:
 def _show(access: ClusterAccess) -> None:
     say(f"\n$ kubectl get bc,mqt,cg -n {access.namespace}")
     say(access.kubectl("get", "bc,mqt,cg", "-n", access.namespace).rstrip())
-    cg = access.get("consumergroup", steps.GROUP)
-    audit = (cg.get("status") or {}).get("audit")
-    say(f"audit summary of {steps.GROUP}: {audit}" if audit else "audit summary: none yet")
+    audit = auditing.group_audit(access, steps.GROUP)
+    say(f"audit of {steps.GROUP}: {auditing.summary(audit)}" if audit else _NO_AUDIT_YET)
 
 
 def _status_line(story: steps.Story) -> str:
@@ -75,6 +78,18 @@ def _status_line(story: steps.Story) -> str:
         f"{time.strftime('%H:%M:%S')}  sent {counts['acked']} (failed {counts['failed_sends']})"
         f"  consumed {counts['consumed']}  redelivered {counts['redelivered']}  {broker_text}"
     )
+
+
+def _new_audit(access: ClusterAccess, seen_run: str) -> str:
+    """Print the group's audit summary when a run newer than ``seen_run`` wrote one."""
+    try:
+        audit = auditing.group_audit(access, steps.GROUP)
+    except ScenarioError:
+        return seen_run
+    run = str(audit.get("run") or "")
+    if run and run != seen_run:
+        say(f"          audit of {steps.GROUP}: {auditing.summary(audit)}")
+    return run or seen_run
 
 
 def _hints(info: controlplane.Info) -> None:
@@ -98,14 +113,17 @@ def up(run_dir: Path, *, every_s: float) -> int:
     story = steps.Story(access, traffic_max_s=MAX_RUN_S)
     try:
         scenario.run_steps(story, scenario.SETUP, say=say)
+        auditing.enable(access, steps.CLUSTER, schedule=AUDIT_SCHEDULE)
         _show(access)
         _hints(info)
         stop = threading.Event()  # from here on, Ctrl-C and SIGTERM end the loop cleanly
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda _signum, _frame: stop.set())
         say("Traffic keeps flowing; the hung consumer still holds what it took (in flight).")
+        audited_by = ""
         while not stop.wait(every_s):
             say(_status_line(story))
+            audited_by = _new_audit(access, audited_by)
     finally:
         if story.traffic is not None:
             say("stopping the traffic ...")

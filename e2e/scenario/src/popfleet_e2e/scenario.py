@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from popfleet_e2e import lifecycle, logs, steps
+from popfleet_e2e import auditing, lifecycle, logs, steps
 from popfleet_e2e.access import ClusterAccess
 from popfleet_e2e.steps import Story
 
@@ -46,6 +46,14 @@ def _upgrade(story: Story) -> str:
     return lifecycle.upgrade_with_crd_change(story.access, group=steps.GROUP)
 
 
+def _enable_audits(story: Story) -> str:
+    return auditing.enabled_every_minute(story.access, cluster=steps.CLUSTER)
+
+
+def _audit_ran(story: Story) -> str:
+    return auditing.ran_on_schedule(story.access, cluster=steps.CLUSTER, group=steps.GROUP)
+
+
 def _uninstall(story: Story) -> str:
     return lifecycle.uninstall_leaves_nothing(story.access)
 
@@ -60,11 +68,16 @@ SETUP: tuple[Step, ...] = (
     Step("the hung consumer's backlog drains", steps.backlog_drains),
 )
 
+# Audits: a Spark run takes minutes on a small machine, so the schedule is enabled before the
+# broker pod is deleted and the run overlaps that step and the wait for revived messages.
+ENABLE_AUDITS = Step("enable audits every minute (Job backend, spark-submit)", _enable_audits)
+AUDIT_RAN = Step("an audit ran on schedule and wrote the group's findings", _audit_ran)
+
 FULL: tuple[Step, ...] = (
     *SETUP,
-    Step("kubectl get cg shows MODE, LAG, BACKLOG", steps.columns_show_mode_lag_backlog),
     Step("delete a broker pod mid-traffic", steps.broker_pod_deleted_mid_traffic),
     Step("no acknowledged message lost", steps.nothing_acknowledged_is_lost),
+    Step("kubectl get cg shows MODE, LAG, BACKLOG", steps.columns_show_mode_lag_backlog),
     Step("helm upgrade: new chart version with a CRD change", _upgrade),
     Step("operator and broker logs: no unexpected errors", _logs_clean),
     Step("helm uninstall leaves nothing behind", _uninstall),

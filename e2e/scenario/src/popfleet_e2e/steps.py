@@ -10,6 +10,7 @@ Chart install, upgrade and uninstall are in ``lifecycle``; the log check in ``lo
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from popfleet_e2e import brokers, conditions, logs, waits
@@ -111,9 +112,9 @@ def start_traffic(story: Story) -> str:
     waits.until(
         lambda: len(tally.consumed) >= 20 and tally.held, timeout_s=90,
         what="healthy consumers consuming and the hung one holding messages",
-        seen=lambda: str(tally.counts()),
+        seen=tally.describe,
     )  # fmt: skip
-    return f"bootstrap {endpoints}; {tally.counts()}"
+    return f"bootstrap {endpoints}; {tally.describe()}"
 
 
 def _total_lag(access: ClusterAccess) -> dict[tuple[str, int], int]:
@@ -121,17 +122,29 @@ def _total_lag(access: ClusterAccess) -> dict[tuple[str, int], int]:
 
 
 def hung_consumer_stalls_pull(story: Story) -> str:
-    """In PULL mode the hung consumer owns queues exclusively: their backlog only grows."""
-    access = story.access
+    """In PULL mode the hung consumer owns queues exclusively: their backlog never shrinks.
 
-    def stalled() -> dict[tuple[str, int], int] | None:
-        lag = _total_lag(access)
-        behind = {q: n for q, n in lag.items() if n >= 3}
-        return behind if sum(behind.values()) >= STALL_MIN_MESSAGES else None
+    First some queues fall behind; then, over 30 more sends, the queues that stand still (lag
+    not down at all) must hold ``STALL_MIN_MESSAGES``: a slow healthy consumer catches up,
+    the hung one does not.
+    """
+    access, tally = story.access, story.running_traffic().tally
 
-    story.stalled = waits.until(
-        stalled, timeout_s=120, what=f"{STALL_MIN_MESSAGES} messages stuck behind the hung consumer"
+    def behind() -> dict[tuple[str, int], int] | None:
+        lag = {q: n for q, n in _total_lag(access).items() if n >= 3}
+        return lag if sum(lag.values()) >= STALL_MIN_MESSAGES else None
+
+    first = waits.until(
+        behind, timeout_s=120, what=f"{STALL_MIN_MESSAGES} messages behind the hung consumer"
     )
+    sent = len(tally.acked)
+    waits.until(
+        lambda: len(tally.acked) >= sent + 30, timeout_s=60, what="30 more acknowledged sends"
+    )
+    then = _total_lag(access)
+    story.stalled = {q: then[q] for q in first if then.get(q, 0) >= first[q]}
+    if sum(story.stalled.values()) < STALL_MIN_MESSAGES:
+        raise ScenarioError(f"no queue stood still behind the hung consumer: {first} -> {then}")
     return f"{sum(story.stalled.values())} messages stuck on {len(story.stalled)} queues"
 
 
@@ -178,14 +191,25 @@ def backlog_drains(story: Story) -> str:
     return f"{sum(story.stalled.values())} stuck messages consumed; lag 0 on {len(last[0])} queues"
 
 
-def columns_show_mode_lag_backlog(story: Story) -> str:
-    """``kubectl get cg`` has MODE, LAG and BACKLOG columns and shows the group as POP."""
-    listing = story.access.kubectl("get", "cg", "-n", story.access.namespace)
+def printed_columns(listing: str) -> list[dict[str, str]]:
+    """Rows of a ``kubectl get`` table by column name (cells are aligned under headers)."""
     header, *rows = listing.splitlines()
-    missing = [c for c in ("MODE", "LAG", "BACKLOG") if c not in header.split()]
-    row = next((r.split() for r in rows if r.split()[:1] == [GROUP]), [])
-    if missing or "POP" not in row:
-        raise ScenarioError(f"kubectl get cg lacks {missing} or POP for {GROUP}:\n{listing}")
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    names = header.split()
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return [{n: row[a:b].strip() for n, (a, b) in zip(names, bounds, strict=True)} for row in rows]
+
+
+def columns_show_mode_lag_backlog(story: Story) -> str:
+    """``kubectl get cg`` shows MODE, LAG and BACKLOG: POP, and the audit's numbers once audited."""
+    access = story.access
+    listing = access.kubectl("get", "cg", "-n", access.namespace)
+    rows = [r for r in printed_columns(listing) if r.get("NAME") == GROUP]
+    audited = (access.get("consumergroup", GROUP).get("status") or {}).get("audit")
+    row = rows[0] if rows else {}
+    numbers = [row.get("LAG", ""), row.get("BACKLOG", "")]
+    if row.get("MODE") != "POP" or (audited and not all(n.isdigit() for n in numbers)):
+        raise ScenarioError(f"kubectl get cg: want MODE POP (and LAG/BACKLOG numbers):\n{listing}")
     return " | ".join(" ".join(line.split()) for line in listing.splitlines())
 
 
@@ -224,9 +248,9 @@ def broker_pod_deleted_mid_traffic(story: Story) -> str:
     waits.until(
         lambda: len(traffic.tally.acked) >= sent_before + 50, timeout_s=120,
         what="50 more acknowledged sends after the pod came back",
-        seen=lambda: str(traffic.tally.counts()),
+        seen=traffic.tally.describe,
     )  # fmt: skip
-    return f"{victim} replaced, modes re-read POP/1 on all; {traffic.tally.counts()}"
+    return f"{victim} replaced, POP/1 read back on all 3; {traffic.tally.describe()}"
 
 
 def _pod_ready(pod: Obj) -> bool:
@@ -246,11 +270,11 @@ def nothing_acknowledged_is_lost(story: Story) -> str:
     waits.until(
         lambda: not tally.missing(), timeout_s=240,
         what="every acknowledged message consumed by a healthy consumer",
-        seen=lambda: f"{tally.counts()}, missing e.g. {tally.missing()[:5]}",
+        seen=lambda: f"{tally.describe()}; missing e.g. {tally.missing()[:5]}",
     )  # fmt: skip
     waits.until(
         lambda: not any(_total_lag(access).values()), timeout_s=60, what="lag 0 on every queue"
     )
-    counts = tally.counts()
+    summary = f"all {len(tally.acked)} acknowledged messages consumed: {tally.describe()}"
     traffic.stop()
-    return f"all {counts['acked']} acknowledged messages consumed; {counts}"
+    return summary

@@ -68,6 +68,13 @@ class Tally:
         with self.lock:
             return sorted(b for b in self.acked if b not in self.consumed)
 
+    def describe(self) -> str:
+        c = self.counts()
+        return (
+            f"{c['acked']} sent ({c['failed_sends']} failed), {c['consumed']} consumed "
+            f"({c['redelivered']} redelivered), the hung consumer stuck on {c['held_by_hung']}"
+        )
+
     def counts(self) -> dict[str, int]:
         with self.lock:
             return {
