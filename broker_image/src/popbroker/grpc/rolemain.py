@@ -17,8 +17,9 @@
 ``--tls-cert/--tls-key``: PEM server certificate (chain) and key; the client
 port then speaks TLS only. ``--metrics-listen``: Prometheus ``/metrics`` of
 this role (see :mod:`popbroker.metrics`). POP tuning: how long a checkpoint
-stays in memory, how many may (``ck_stay_ms``, ``max_buffered_cks``; the hard
-bound ``max_tracked_cks`` grows with it), and how many long polls may park.
+stays in popack's memory and how many may stay there (``ck_stay_ms``,
+``max_buffered_cks``; the hard bound ``max_tracked_cks`` grows with the latter),
+and how many long polls may park.
 
 ``--listen`` may use port 0; ``--port-file PATH`` then receives the bound port
 (``--admin-port-file`` the admin port)
@@ -158,6 +159,7 @@ def main(role: str, argv: Sequence[str]) -> int:
     try:
         metrics = role_metrics(args)
         edge = _edge(args) if role != "revive" else None
+        admin_token = admin_server.load_token(args.admin_token_file) if role == "all" else None
     except (OSError, ValueError) as exc:  # BadCredentialsFile is a ValueError
         print(f"popbroker {role}: {exc}", file=sys.stderr)
         return 2
@@ -189,7 +191,7 @@ def main(role: str, argv: Sequence[str]) -> int:
                 listen=args.listen,
                 advertise=args.advertise,
                 admin_listen=args.admin_listen,
-                admin_token=admin_server.load_token(args.admin_token_file),
+                admin_token=admin_token,
                 on_bound=lambda port: write_port(args.port_file, port),
                 on_admin_bound=lambda port: write_port(args.admin_port_file, port),
                 settings=popack_settings(args),
