@@ -3,22 +3,24 @@
 Why: the scenario is written once against a ``ClusterAccess`` (kubeconfig, kubectl/helm, an
 endpoint resolver, extra Helm values). On the local testbed pod IPs are loopback addresses;
 on kind they are addresses of the kind node's pod network (``podSubnet`` in
-``kind-config.yaml``). The official RocketMQ client dials the endpoints that routes advertise
-(pod IPs), so a per-pod ``kubectl port-forward`` cannot serve it: ``run.sh`` instead adds a
-host route to the pod network through the kind node, and the resolver here only checks that
-an endpoint lies inside that network before anything dials it.
+``kind-config.yaml``), which the host cannot dial, and the brokers' NetworkPolicy admits
+their admin port only from operator pods. The official RocketMQ client dials the endpoints
+that routes advertise (pod IPs), so a per-broker ``kubectl port-forward`` cannot serve it
+either. Instead ``proxy_tunnel`` runs a CONNECT proxy in a pod labelled like the operator and
+sets ``grpc_proxy`` for this process: every gRPC channel goes through it. The resolver here
+only checks that an endpoint lies inside the pod network before anything dials it.
 
 Run by ``e2e/kind/run.sh`` (``make e2e-kind``)::
 
     python e2e/kind/kind_access.py --kubeconfig K --bin-dir D --values e2e/kind/values/kind.yaml
 
-The pure parts (``pod_network_resolver``, ``helm_sets``) are tested in
-``tests/integration/kind_static``; nothing in ``make test`` dials a pod IP.
-"""
+The pure parts (``pod_network_resolver``, ``helm_sets``, ``story_namespace``) are tested in
+``tests/integration/kind_static``; nothing in ``make test`` dials a pod IP."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import ipaddress
 import json
 import sys
@@ -128,14 +130,30 @@ def main(argv: list[str] | None = None) -> int:
 
     from popfleet_e2e.access import ClusterAccess  # noqa: PLC0415 - only for a real run
 
+    tunnels = importlib.import_module("proxy_tunnel")  # beside this file (run as a script)
+
+    subnet = pod_subnet()
     access = ClusterAccess(
         kubeconfig=args.kubeconfig,
         namespace=namespace,
-        resolve=pod_network_resolver(pod_subnet()),
+        resolve=pod_network_resolver(subnet),
         bin_dir=args.bin_dir,
         helm_values=sets,
     )
-    return run_scenario(access)
+    image = (yaml.safe_load(args.values.read_text()) or {})["image"]
+    tunnel = tunnels.Tunnel(args.bin_dir / "kubectl", args.kubeconfig)
+    try:
+        proxy = tunnel.open(
+            tunnels.manifests(
+                image=f"{image['repository']}:{image['tag']}",
+                pull_policy=image.get("pullPolicy", "Never"),
+                allow_cidr=subnet,
+            )
+        )
+        print(f"e2e-kind: gRPC to pods through {proxy} (proxy pod in the cluster)", flush=True)
+        return run_scenario(access)
+    finally:
+        tunnel.close()
 
 
 def run_scenario(access: Any) -> int:

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# The e2e scenario on a kind cluster (`make e2e-kind`; needs Docker, Linux).
+# The e2e scenario on a kind cluster (`make e2e-kind`; needs Docker).
 #
 #   e2e/kind/run.sh [--values FILE] [--keep]
 #
 # 1. create the kind cluster of kind-config.yaml (pinned node image), unless it exists;
 # 2. build the broker, operator and audit images from this tree with docker and `kind load`
 #    them, under the names the chart and CRDs default to (ghcr.io/popfleet/<x>:<appVersion>);
-# 3. route the pod network through the kind node, so the official client can dial the pod
-#    IPs that broker routes advertise (needs root or sudo);
-# 4. run the shared scenario (popfleet_e2e, the code e2e/local runs) with the chart values
-#    of --values (default values/kind.yaml) through e2e/kind/kind_access.py;
-# 5. delete the cluster and the route, unless --keep.
+# 3. run the shared scenario (popfleet_e2e, the code e2e/local runs) with the chart values
+#    of --values (default values/kind.yaml) through e2e/kind/kind_access.py, which reaches
+#    broker pods through a CONNECT proxy pod (proxy_tunnel.py);
+# 4. delete the cluster, unless --keep.
 #
 # Environment: KIND (kind binary), BIN_DIR (kubectl and helm), PY (python with popfleet_e2e),
 # all set by mk/kind.mk; KIND_CLUSTER (default popfleet-e2e).
@@ -24,7 +23,7 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --values) values=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,18p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -35,23 +34,19 @@ done
 cluster=${KIND_CLUSTER:-popfleet-e2e}
 work=$(mktemp -d)
 kubeconfig="$work/kubeconfig"
-subnet=$(sed -n 's/^ *podSubnet: *//p' "$here/kind-config.yaml")
 version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/popfleet/Chart.yaml")
 
 say() { printf '\n== e2e-kind: %s\n' "$*"; }
-as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 docker info >/dev/null 2>&1 || { echo "e2e-kind needs a running Docker engine" >&2; exit 1; }
-[ "$(uname -s)" = Linux ] || { echo "e2e-kind routes the pod network from the host: Linux only" >&2; exit 1; }
-if [ -z "$subnet" ] || [ -z "$version" ]; then
-  echo "cannot read podSubnet from kind-config.yaml or appVersion from Chart.yaml" >&2; exit 1
+if [ -z "$version" ]; then
+  echo "cannot read appVersion from charts/popfleet/Chart.yaml" >&2; exit 1
 fi
 
 cleanup() {
   rc=$?
   if [ "$keep" -eq 0 ]; then
-    say "deleting cluster $cluster and the pod-network route"
-    as_root ip route del "$subnet" 2>/dev/null || true
+    say "deleting cluster $cluster"
     "$KIND" delete cluster --name "$cluster" || true
   else
     say "kept: export KUBECONFIG=$kubeconfig"
@@ -78,11 +73,6 @@ for image in broker:broker_image operator:operator audit:spark_operator_jobs; do
   docker build -f "$repo/$dir/Dockerfile" -t "$tag" "$repo"
   "$KIND" load docker-image "$tag" --name "$cluster"
 done
-
-node_ip=$(docker inspect -f '{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}' \
-  "$cluster-control-plane")
-say "routing $subnet via the kind node $node_ip"
-as_root ip route replace "$subnet" via "$node_ip"
 
 say "running the scenario with $values"
 "$PY" "$here/kind_access.py" --kubeconfig "$kubeconfig" --bin-dir "$BIN_DIR" --values "$values"

@@ -9,8 +9,10 @@ reused testbed) is used as is and left alone.
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -24,6 +26,15 @@ CHART = REPO / "charts" / "popfleet"
 KIND = REPO / "e2e" / "kind"
 RELEASE, RELEASE_NAMESPACE = "popfleet", "popfleet-system"
 KUBE_VERSION = "1.33.13"  # the testbed's apiserver
+
+
+def load(name: str) -> ModuleType:
+    """A module of e2e/kind (scripts beside run.sh, not a package)."""
+    spec = importlib.util.spec_from_file_location(name, KIND / f"{name}.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _release_exists(testbed: cluster.Cluster) -> bool:

@@ -8,14 +8,16 @@ server-side dry-run (admission, schemas, RBAC objects) of every rendered object,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from popfleet_testbed import cluster
+from popfleet_testbed import cluster, waiting
 from tests.integration.kind_static.conftest import CHART, KIND, KUBE_VERSION, REPO
+from tests.integration.kind_static.conftest import load as load_module
 
 VALUES = sorted((KIND / "values").glob("*.yaml"))
 MANIFESTS = sorted((KIND / "manifests").glob("*.yaml"))
@@ -114,3 +116,41 @@ class scenario_namespaces:  # noqa: N801 - used as a context manager, reads like
     def __exit__(self, *exc: object) -> None:
         for name in self.created:
             self.testbed.delete_namespace(name)
+        for name in self.created:  # gone, so that the next test can create it afresh
+            waiting.until(self._gone(name), timeout_s=90, what=f"namespace {name} deleted")
+
+    def _gone(self, name: str) -> Callable[[], bool]:
+        return lambda: self.testbed.admin.get_or_none(f"/api/v1/namespaces/{name}") is None
+
+
+def test_proxy_pod_is_accepted_and_admitted_by_the_brokers_network_policy(
+    popfleet_crds: cluster.Cluster,
+) -> None:
+    """The kind run's proxy pod (proxy_tunnel.py) is valid, and the NetworkPolicy the operator
+    builds for brokers admits it to the admin port (else the scenario's admin reads fail)."""
+    from popfleet_operator.builders import networkpolicies  # noqa: PLC0415
+    from popfleet_operator.model import names  # noqa: PLC0415
+    from popfleet_operator.model.specs import ObjectRef  # noqa: PLC0415
+
+    tunnel = load_module("proxy_tunnel")
+    docs = tunnel.manifests(
+        image="ghcr.io/popfleet/operator:0.1.0", pull_policy="Never", allow_cidr="10.244.0.0/16"
+    )
+    with scenario_namespaces(popfleet_crds, docs):
+        accepted = dry_run(popfleet_crds, docs)
+    assert len(accepted) == len(docs), "\n".join(accepted)
+
+    (pod,) = [d for d in docs if d["kind"] == "Pod"]
+    owner = ObjectRef("BrokerCluster", "apps", "demo", "u", 1, "2026-11-21T00:00:00Z")
+    policy = networkpolicies.build(owner)
+    (admin_rule,) = [
+        rule
+        for rule in policy["spec"]["ingress"]
+        if {"port": names.ADMIN_PORT, "protocol": "TCP"} in rule["ports"]
+    ]
+    labels = pod["metadata"]["labels"]
+    assert any(
+        "namespaceSelector" in peer
+        and all(labels.get(k) == v for k, v in peer["podSelector"]["matchLabels"].items())
+        for peer in admin_rule["from"]
+    ), admin_rule

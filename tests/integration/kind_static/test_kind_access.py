@@ -5,26 +5,15 @@ Nothing here dials anything: the resolver is only asked what it would allow.
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import yaml
 
-from tests.integration.kind_static.conftest import KIND
+from tests.integration.kind_static.conftest import KIND, load
 
-
-def load_kind_access() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("kind_access", KIND / "kind_access.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-kind_access = load_kind_access()
+kind_access = load("kind_access")
 
 
 def test_node_image_and_kind_version_are_pinned() -> None:

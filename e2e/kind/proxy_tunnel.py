@@ -1,0 +1,143 @@
+"""The e2e test process's way into the kind pod network: a CONNECT proxy pod + port-forward.
+
+Why: the scenario (on the host) dials broker pod IPs — the client endpoints that routes
+advertise and the admin port — and kind enforces NetworkPolicies, under which brokers admit
+their admin port only from pods labelled like the operator. So the run starts
+``connect_proxy.py`` in such a pod (namespace ``popfleet-e2e-access``, the operator image,
+non-root, read-only root filesystem), ``kubectl port-forward``s to it and sets ``grpc_proxy``
+in this process: every gRPC channel then goes through the proxy, which only connects to the
+pod network. No host route, no root.
+
+``manifests`` is pure (tested in tests/integration/kind_static); ``Tunnel`` runs kubectl.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+KIND_DIR = Path(__file__).resolve().parent
+NAMESPACE = "popfleet-e2e-access"
+POD = "e2e-proxy"
+PORT = 3128
+Obj = dict[str, Any]
+
+
+def manifests(*, image: str, pull_policy: str, allow_cidr: str) -> list[Obj]:
+    """Namespace, the proxy's code as a ConfigMap, and the proxy Pod."""
+    part_of = {"app.kubernetes.io/part-of": "popfleet-e2e"}
+    meta: Obj = {"namespace": NAMESPACE, "labels": part_of}
+    container = {
+        "name": "proxy",
+        "image": image,
+        "imagePullPolicy": pull_policy,
+        "command": ["python", "/proxy/connect_proxy.py"],
+        "env": [
+            {"name": "ALLOW_CIDR", "value": allow_cidr},
+            {"name": "LISTEN", "value": f"0.0.0.0:{PORT}"},
+        ],
+        "ports": [{"name": "proxy", "containerPort": PORT}],
+        "readinessProbe": {"tcpSocket": {"port": PORT}, "periodSeconds": 2},
+        "volumeMounts": [{"name": "code", "mountPath": "/proxy", "readOnly": True}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    pod_labels = {
+        # The brokers' NetworkPolicy admits the admin port from pods named like the operator.
+        "app.kubernetes.io/name": "popfleet-operator",
+        "app.kubernetes.io/component": "e2e-proxy",
+    }
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": POD, **meta},
+            "data": {"connect_proxy.py": (KIND_DIR / "connect_proxy.py").read_text()},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": POD, **meta, "labels": {**part_of, **pod_labels}},
+            "spec": {
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "runAsUser": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
+                "automountServiceAccountToken": False,
+                "containers": [container],
+                "volumes": [{"name": "code", "configMap": {"name": POD}}],
+            },
+        },
+    ]
+
+
+class Tunnel:
+    """Proxy pod up, port-forward running, ``grpc_proxy`` set; all undone by ``close``."""
+
+    def __init__(self, kubectl: Path, kubeconfig: Path) -> None:
+        self.kubectl = kubectl
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+        self.forward: subprocess.Popen[str] | None = None
+
+    def _run(self, *args: str, stdin: str | None = None, timeout_s: float = 120) -> str:
+        done = subprocess.run(
+            [str(self.kubectl), *args], input=stdin, capture_output=True, text=True,
+            env=self.env, timeout=timeout_s, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout
+
+    def open(self, objects: list[Obj], *, timeout_s: float = 120) -> str:
+        """Start everything; the ``grpc_proxy`` URL now in effect."""
+        listing = {"apiVersion": "v1", "kind": "List", "items": objects}
+        self._run("apply", "-f", "-", stdin=json.dumps(listing))
+        wait_for = f"--timeout={int(timeout_s)}s"
+        self._run(
+            "wait", "-n", NAMESPACE, f"pod/{POD}", "--for=condition=Ready", wait_for,
+            timeout_s=timeout_s + 10,
+        )  # fmt: skip
+        self.forward = subprocess.Popen(
+            [str(self.kubectl), "port-forward", "-n", NAMESPACE, f"pod/{POD}", f":{PORT}"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
+        )  # fmt: skip
+        port = self._forwarded_port(deadline=time.monotonic() + 30)
+        url = f"http://127.0.0.1:{port}"
+        # gRPC core reads the lower-case name when each channel is made.
+        os.environ["grpc_proxy"] = url  # noqa: SIM112
+        return url
+
+    def _forwarded_port(self, *, deadline: float) -> int:
+        assert self.forward is not None and self.forward.stdout is not None
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.forward.stdout], [], [], 1.0)
+            if not ready:
+                continue
+            line = self.forward.stdout.readline()
+            if not line:
+                break  # kubectl exited
+            # "Forwarding from 127.0.0.1:40123 -> 3128"
+            if line.startswith("Forwarding from 127.0.0.1:"):
+                return int(line.split(":", 1)[1].split()[0])
+        raise RuntimeError("kubectl port-forward did not report a local port in time")
+
+    def close(self) -> None:
+        os.environ.pop("grpc_proxy", None)
+        if self.forward is not None:
+            self.forward.terminate()
+            try:
+                self.forward.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.forward.kill()
+        self._run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
