@@ -233,6 +233,15 @@ class PushFleet:
     def client_id(self, name: str) -> str:
         return self._workers[name].client_id
 
+    def assignments(self) -> dict[str, list[int]]:
+        """What the broker assigns to each consumer's client id right now."""
+        return {
+            name: query_assignment(
+                self.endpoint, topic=self.topic, group=self.group, client_id=self.client_id(name)
+            )
+            for name in self._names
+        }
+
     def consumed(self) -> list[Consumed]:
         """Everything processed so far, in arrival order at the controller."""
         with self._lock:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.peers import pushfleet, pushworker
+from bench.peers import pushworker
 from bench.peers.pushfleet import PushFleet, wait_until
 from popbroker.store.api import GroupConfig, Permission, TopicConfig
 from popfleet_api import models
@@ -59,12 +59,7 @@ def make_readable(broker: BrokerProcess, topic: str) -> None:
 
 def assignments(fleet: PushFleet) -> dict[str, list[int]]:
     """What the broker assigns to each consumer's client id right now."""
-    return {
-        name: pushfleet.query_assignment(
-            fleet.endpoint, topic=fleet.topic, group=fleet.group, client_id=fleet.client_id(name)
-        )
-        for name in fleet.names
-    }
+    return fleet.assignments()
 
 
 Answers = dict[str, list[int]]
