@@ -150,3 +150,15 @@ def test_kind_values_name_the_images_the_run_builds() -> None:
         "tag": chart["appVersion"],
         "pullPolicy": "Never",
     }
+    # The broker and audit images are loaded under the CRDs' defaults, so crds/examples (which
+    # name the default broker image) run the images built from this tree.
+    crd = yaml.safe_load((REPO / "crds" / "popfleet.io_brokerclusters.yaml").read_text())
+    spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    version = chart["appVersion"]
+    assert spec["properties"]["image"]["default"] == f"ghcr.io/popfleet/broker:{version}"
+    audit = spec["properties"]["audit"]["properties"]["image"]["default"]
+    assert audit == f"ghcr.io/popfleet/audit:{version}"
+    example = yaml.safe_load((REPO / "crds" / "examples" / "brokercluster.yaml").read_text())
+    assert example["spec"].get("image", f"ghcr.io/popfleet/broker:{version}") == (
+        f"ghcr.io/popfleet/broker:{version}"
+    )
