@@ -1,10 +1,11 @@
 # e2e on kind (e2e/kind, needs Docker) and the static checks of its pieces that `make test`
 # runs everywhere (tests/integration/kind_static): helm lint/template of every values scenario,
-# server-side dry-runs on the testbed apiserver, shellcheck of every shell script, the
-# Dockerfiles' pins and users. Also the generated CRD reference (docs/crd-reference.md).
+# server-side dry-runs on the testbed apiserver, shellcheck of every shell script, hadolint and
+# the Dockerfiles' pins and users, kind's own check of the cluster config. Also the generated
+# CRD reference (docs/crd-reference.md).
 KIND_VERSION := v0.29.0
 KIND_BIN     := $(HOME)/.cache/popfleet/kind-$(KIND_VERSION)/kind
-TEST_PREREQS += shellcheck
+TEST_PREREQS += shellcheck kind-bin  # kind itself validates e2e/kind/kind-config.yaml in make test
 
 .PHONY: shellcheck kind-bin e2e-kind crd-reference drift-crd-reference
 
@@ -14,11 +15,11 @@ shellcheck: ## shellcheck from Debian (make test lints every shell script with i
 	@command -v shellcheck >/dev/null || { echo "shellcheck is missing and did not install" >&2; exit 1; }
 
 kind-bin: ## kind $(KIND_VERSION) (go install, cached under ~/.cache/popfleet) when missing
-	@test -x $(KIND_BIN) && $(KIND_BIN) version | grep -q '$(KIND_VERSION) ' || \
+	@test -x $(KIND_BIN) && $(KIND_BIN) version | grep -q ' $(KIND_VERSION) ' || \
 	  (cd / && GOBIN=$(dir $(KIND_BIN)) GOFLAGS='' go install sigs.k8s.io/kind@$(KIND_VERSION))
-	@$(KIND_BIN) version
+	@$(KIND_BIN) version | grep -q ' $(KIND_VERSION) ' || { echo "kind-bin: $(KIND_BIN) is not $(KIND_VERSION)" >&2; exit 1; }
 
-e2e-kind: $(STAMP) testbed-bin kind-bin ## the e2e scenario on kind with images built here (Docker, Linux)
+e2e-kind: $(STAMP) testbed-bin kind-bin ## the e2e scenario on kind with images built here (needs Docker)
 	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
 	  e2e/kind/run.sh $(E2E_KIND_ARGS)
 

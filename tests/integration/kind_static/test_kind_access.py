@@ -5,7 +5,9 @@ Nothing here dials anything: the resolver is only asked what it would allow.
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,38 @@ def test_story_namespace_follows_the_values() -> None:
         kind_access.story_namespace(values / "auth-tls.yaml", "elsewhere")
     with pytest.raises(kind_access.KindAccessError, match=r"crds.install=false"):
         kind_access.story_namespace(values / "minimal.yaml", None)
+
+
+def kind_create(config: Path, tmp_path: Path) -> str:
+    """``kind create cluster`` with no container engine reachable: kind decodes and
+    validates the config first, then fails at the engine; its output."""
+    kind = Path.home() / ".cache" / "popfleet" / "kind-v0.29.0" / "kind"
+    assert kind.exists(), "kind is missing: `make kind-bin` (a make test prerequisite)"
+    env = {
+        **os.environ,
+        "KIND_EXPERIMENTAL_PROVIDER": "docker",  # never podman or nerdctl
+        "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock",  # never a real engine
+        "KUBECONFIG": str(tmp_path / "kubeconfig"),
+    }
+    done = subprocess.run(
+        [str(kind), "create", "cluster", "--name", "popfleet-config-check", "--config",
+         str(config), "--kubeconfig", str(tmp_path / "kubeconfig")],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0, "kind created a cluster?"
+    return done.stdout + done.stderr
+
+
+def test_kind_itself_accepts_the_cluster_config(tmp_path: Path) -> None:
+    out = kind_create(KIND / "kind-config.yaml", tmp_path)
+    assert "unable to decode config" not in out and "invalid" not in out.lower(), out
+    assert "docker" in out.lower(), out  # it got as far as the engine
+
+
+def test_kind_refuses_a_broken_config(tmp_path: Path) -> None:
+    """The check above can fail: kind reads the config before the engine."""
+    config = yaml.safe_load((KIND / "kind-config.yaml").read_text())
+    config["networking"]["podSubnett"] = config["networking"].pop("podSubnet")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(config))
+    assert "unable to decode config" in kind_create(bad, tmp_path)
