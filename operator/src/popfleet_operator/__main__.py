@@ -31,6 +31,7 @@ def main() -> int:
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # liveness probes
     # Importing the handler modules registers them with kopf.
     from popfleet_operator.handlers import (  # noqa: PLC0415, F401
+        audits,
         clusters,
         groups,
         settings,

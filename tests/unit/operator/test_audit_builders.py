@@ -52,6 +52,7 @@ def test_local_master_job_runs_the_audit_cli_against_the_ready_brokers(
     assert flag(argv, "--brokers") == "127.0.1.2:9877,127.0.1.3:9877"
     assert flag(argv, "--master") == "local[2]"
     assert (flag(argv, "--namespace"), flag(argv, "--cluster")) == ("ns", "demo")
+    assert flag(argv, "--run-id") == "demo-audit-1763733600"
     assert flag(argv, "--output") == "/var/lib/popfleet-audit/output"
     assert flag(argv, "--history") == "/var/lib/popfleet-audit/history"
     assert "--admin-token-file" not in argv

@@ -31,7 +31,7 @@ from popfleet_operator.builders import meta
 from popfleet_operator.model import names
 from popfleet_operator.model.specs import AuditSpec, ObjectRef, SecretKeyRef
 
-SPARK_VERSION = "4.0.1"
+SPARK_VERSION = "4.3.0"  # the pyspark the audit package pins
 ACTIVE_DEADLINE_S = 3600  # a hung run must not block the schedule forever (Forbid)
 SPARK_API_VERSION = "sparkoperator.k8s.io/v1beta2"
 
@@ -131,6 +131,8 @@ def cli_args(owner: ObjectRef, run: RunInputs) -> list[str]:
         owner.namespace,
         "--cluster",
         owner.name,
+        "--run-id",
+        run.name,  # ConsumerGroup status.audit.run names this Job or SparkApplication
     ]
     if run.admin_token is not None:
         args += ["--admin-token-file", f"{names.ADMIN_TOKEN_MOUNT}/token"]

@@ -2,5 +2,6 @@
 
 ``settings`` configures kopf and builds the shared runtime (Kubernetes client, broker
 connection pool) at start-up; ``clusters``, ``topics`` and ``groups`` reconcile the three
-kinds as named steps; ``metrics`` holds the Prometheus series.
+kinds as named steps; ``audits`` runs the BrokerClusters' audit schedules; ``metrics`` holds
+the Prometheus series.
 """
