@@ -59,3 +59,27 @@ app.kubernetes.io/component: operator
 {{- define "popfleet.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
+
+{{/*
+Labels of the uninstall clean-up hook's objects: their own name, so that neither the
+operator's Deployment selector nor the brokers' NetworkPolicy ever matches the hook's pod.
+*/}}
+{{- define "popfleet.cleanupLabels" -}}
+helm.sh/chart: {{ include "popfleet.chart" . }}
+app.kubernetes.io/name: popfleet-cleanup
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: popfleet
+app.kubernetes.io/component: cleanup
+{{- end }}
+
+{{/*
+Annotations of a pre-delete hook object; the argument is its weight (RBAC before the Job).
+Kept when the hook fails, for its log; replaced by the next attempt.
+*/}}
+{{- define "popfleet.cleanupHook" -}}
+helm.sh/hook: pre-delete
+helm.sh/hook-weight: {{ . | quote }}
+helm.sh/hook-delete-policy: before-hook-creation,hook-succeeded
+{{- end }}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +19,6 @@ from tests.integration.operator import story
 
 __all__ = ["testbed", "testbed_namespace"]
 
-CHART = Path(__file__).resolve().parents[3] / "charts" / "popfleet"
 RELEASE_NAMESPACE = "popfleet-system"
 
 # Lines the operator may log at ERROR level without anything being wrong.
@@ -38,30 +37,13 @@ def popfleet_release(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
     Package scope, not session: brokers and the operator should not keep running (and
     using CPU and ports) while later test trees of the same session run.
     """
-    testbed.helm(
-        "upgrade",
-        "--install",
-        "popfleet",
-        str(CHART),
-        "-n",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-        "--set",
-        f"operator.resyncIntervalSeconds={story.RESYNC_S}",
-        "--set",
-        "operator.adminTimeoutSeconds=2",
-        "--wait",
-        "--timeout",
-        "120s",
-        timeout_s=180,
-    )
+    story.install_chart(testbed, release="popfleet", namespace=RELEASE_NAMESPACE)
     yield testbed
-    # With the operator still running, so that finalizers are honoured (Retain by default).
-    testbed.kubectl(
-        "delete", "consumergroups,topics,brokerclusters", "--all", "-A", "--timeout=120s",
-        timeout_s=150,
+    # The chart's pre-delete hook has the operator finalize every CR before it goes.
+    testbed.helm(
+        "uninstall", "popfleet", "-n", RELEASE_NAMESPACE, "--wait", "--timeout", "240s",
+        timeout_s=270,
     )  # fmt: skip
-    testbed.helm("uninstall", "popfleet", "-n", RELEASE_NAMESPACE, "--wait", timeout_s=120)
     waiting.until(
         lambda: not testbed.admin.items("/api/v1/pods"),
         timeout_s=120,
@@ -69,9 +51,17 @@ def popfleet_release(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
     )
 
 
-def operator_log(testbed: cluster.Cluster) -> str:
+def operator_pod(testbed: cluster.Cluster) -> dict[str, Any]:
     (pod,) = testbed.pods(RELEASE_NAMESPACE, "app.kubernetes.io/name=popfleet-operator")
-    return testbed.log(pod)
+    return pod
+
+
+def operator_log(testbed: cluster.Cluster) -> str:
+    return testbed.log(operator_pod(testbed))
+
+
+def restarts(pod: dict[str, Any]) -> int:
+    return sum(int(s.get("restartCount", 0)) for s in pod["status"].get("containerStatuses", []))
 
 
 def unexpected_errors(log: str) -> list[str]:
@@ -87,7 +77,12 @@ def unexpected_errors(log: str) -> list[str]:
 
 @pytest.fixture
 def operator_log_clean(popfleet_release: cluster.Cluster) -> Iterator[None]:
-    before = len(operator_log(popfleet_release))
+    """After the test: the same operator container (no crash, no restart), a clean log."""
+    pod = operator_pod(popfleet_release)
+    before = len(popfleet_release.log(pod))
     yield
-    new = operator_log(popfleet_release)[before:]
+    after = operator_pod(popfleet_release)
+    assert after["metadata"]["uid"] == pod["metadata"]["uid"], "the operator pod was replaced"
+    assert restarts(after) == restarts(pod), "the operator container restarted"
+    new = popfleet_release.log(after)[before:]
     assert unexpected_errors(new) == [], new[-4000:]

@@ -18,8 +18,25 @@ from popfleet_testbed import cluster, kube, processes, waiting
 RESYNC_S = 2
 ADMIN_PORT = 9877
 CRDS = Path(__file__).resolve().parents[3] / "crds"
+CHART = Path(__file__).resolve().parents[3] / "charts" / "popfleet"
 Obj = dict[str, Any]
 T = TypeVar("T")
+
+
+def install_chart(
+    tb: cluster.Cluster, *, release: str, namespace: str, values: tuple[str, ...] = ()
+) -> None:
+    """``helm upgrade --install`` charts/popfleet with the tests' short intervals, and wait."""
+    sets = [
+        f"operator.resyncIntervalSeconds={RESYNC_S}",
+        "operator.adminTimeoutSeconds=2",
+        *values,
+    ]
+    tb.helm(
+        "upgrade", "--install", release, str(CHART), "-n", namespace, "--create-namespace",
+        *(arg for value in sets for arg in ("--set", value)),
+        "--wait", "--timeout", "120s", timeout_s=180,
+    )  # fmt: skip
 
 
 def path(namespace: str, plural: str, name: str = "") -> str:
@@ -69,6 +86,19 @@ def wait_condition(
 
     return waiting.until(
         check, timeout_s=timeout_s, what=f"{plural}/{name} {type_}={status} {reason or ''}"
+    )
+
+
+def events(tb: cluster.Cluster, namespace: str, reason: str) -> str:
+    return tb.kubectl("get", "events", "-n", namespace, "--field-selector", f"reason={reason}")
+
+
+def wait_event(tb: cluster.Cluster, namespace: str, reason: str, text: str) -> None:
+    """Wait for an Event with ``reason`` whose listing mentions ``text``."""
+    waiting.until(
+        lambda: text in events(tb, namespace, reason),
+        timeout_s=30,
+        what=f"a {reason} Event mentioning {text!r}",
     )
 
 

@@ -3,7 +3,8 @@
 The CRDs come from the Helm release (the chart's copy of crds/). Each file in
 ``crds/bad_examples/`` says on an ``# expect:`` line a piece of the message the
 apiserver must answer; the transition rules (queues never shrink, clusterRef immutable) are
-checked with patches of an accepted example.
+checked with patches of an accepted example. The operator (installed by the same release)
+reconciles what the examples create; its log is checked after each test too.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from popfleet_testbed import cluster, errors
 CRDS = Path(__file__).resolve().parents[3] / "crds"
 BAD = sorted((CRDS / "bad_examples").glob("*.yaml"))
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timeout(180), pytest.mark.usefixtures("operator_log_clean")]
 
 
 def expectation(path: Path) -> str:

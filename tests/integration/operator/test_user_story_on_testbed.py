@@ -1,10 +1,13 @@
 """The user story of DESIGN §1 on the testbed, against the chart-installed operator.
 
 One BrokerCluster for the module (brokers take seconds to start), steps in order:
-3 brokers Ready -> a Topic on all 3 -> a group PULL -> POP on all 3 -> a broker whose
-volume was wiped gets its modes back -> scale 3 -> 4 replays everything -> 4 -> 3 with no
-backlog goes ahead -> a frozen broker makes the Topic Degraded, then it recovers -> a second
-claim conflicts -> pause -> an invalid spec -> deletion with Retain and with Delete.
+3 brokers Ready -> a Topic on all 3 -> a group PULL -> POP on all 3, and the brokers'
+QueryAssignment answers switch from exclusive queues to "every queue" (-1) -> a broker whose
+volume was wiped gets its modes back -> scale 3 -> 4 replays everything -> 4 -> 3 is refused
+while the leaving broker holds messages, and goes ahead once they are consumed -> a frozen
+broker makes the Topic and the group Degraded, then they recover -> a second claim
+conflicts -> pause -> an invalid spec -> deletion with Retain, and with Delete (which waits
+while a backlog remains).
 Every test checks that the operator logged no unexpected error or traceback.
 """
 
@@ -17,7 +20,7 @@ import pytest
 
 from popfleet_api import models
 from popfleet_testbed import cluster, waiting
-from tests.integration.operator import story
+from tests.integration.operator import clientprotocol, story
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("operator_log_clean")]
 
@@ -69,6 +72,31 @@ def modes(pod: dict[str, Any], group: str = "billing") -> list[tuple[str, str, i
     return [(s.topic, s.mode.value, s.pop_share_queue_num, s.explicitly_set) for s in settings]
 
 
+def client_endpoint(pod: dict[str, Any]) -> str:
+    return f"{cluster.Cluster.pod_ip(pod)}:{clientprotocol.CLIENT_PORT}"
+
+
+CONSUMERS = ("story-consumer-a", "story-consumer-b")
+
+
+def assignments(pods: list[dict[str, Any]]) -> list[dict[str, list[tuple[str, int]]]]:
+    """Per broker: what it assigns each of two heartbeating push consumers of billing/orders."""
+    answers = []
+    for pod in pods:
+        endpoint = client_endpoint(pod)
+        for client_id in CONSUMERS:
+            clientprotocol.heartbeat(endpoint, group="billing", client_id=client_id)
+        answers.append(
+            {
+                client_id: clientprotocol.query_assignment(
+                    endpoint, topic="orders", group="billing", client_id=client_id
+                )
+                for client_id in CONSUMERS
+            }
+        )
+    return answers
+
+
 def test_cluster_becomes_ready_with_three_brokers(
     popfleet_release: cluster.Cluster, ns: str
 ) -> None:
@@ -103,8 +131,14 @@ def test_group_switches_from_pull_to_pop_everywhere(
     popfleet_release: cluster.Cluster, ns: str
 ) -> None:
     story.wait_condition(popfleet_release, ns, "consumergroups", "billing", "ModeApplied")
-    for pod in story.broker_pods(popfleet_release, ns, CLUSTER):
+    pods = story.broker_pods(popfleet_release, ns, CLUSTER)
+    for pod in pods:
         assert modes(pod) == [("orders", "PULL", 0, True)]
+    every_queue = sorted((f"demo-{b}", q) for b in range(3) for q in range(4))
+    for answer in assignments(pods):  # PULL: each queue to exactly one of the two consumers
+        first, second = answer[CONSUMERS[0]], answer[CONSUMERS[1]]
+        assert len(first) == len(second) == 6 and not set(first) & set(second)
+        assert sorted(first + second) == every_queue
     story.patch_spec(
         popfleet_release,
         ns,
@@ -120,6 +154,16 @@ def test_group_switches_from_pull_to_pop_everywhere(
         assert modes(pod) == [("orders", "POP", 1, True)]
     listing = popfleet_release.kubectl("get", "cg", "-n", ns)
     assert "POP" in listing and "3/3" in listing
+    # POP with popShareQueueNum 1 >= consumers - 1: both consumers pop every queue (-1) of
+    # every broker, whichever broker they ask (a broker may answer from its config cache for
+    # up to its TTL, so poll).
+    every_broker = [(f"demo-{b}", -1) for b in range(3)]
+    pop_answer = [{client_id: every_broker for client_id in CONSUMERS}] * 3
+    waiting.until(
+        lambda: assignments(pods) == pop_answer,
+        timeout_s=30,
+        what="every broker assigning every queue (-1) to both POP consumers",
+    )
 
 
 def test_broker_with_wiped_volume_gets_topics_groups_and_modes_back(
@@ -147,13 +191,7 @@ def test_broker_with_wiped_volume_gets_topics_groups_and_modes_back(
     )
     assert modes(pod) == [("orders", "POP", 1, True)]
 
-    def reapplied_event() -> bool:
-        events = popfleet_release.kubectl(
-            "get", "events", "-n", ns, "--field-selector", "reason=Reapplied"
-        )
-        return "demo-1" in events
-
-    waiting.until(reapplied_event, timeout_s=30, what="a Reapplied event naming demo-1")
+    story.wait_event(popfleet_release, ns, "Reapplied", "demo-1")
 
 
 def test_scale_up_replays_every_topic_group_and_mode(
@@ -189,8 +227,38 @@ def test_scale_up_replays_every_topic_group_and_mode(
     waiting.until(four_members, timeout_s=30, what="4 members on every broker")
 
 
-def test_scale_down_without_backlog_goes_ahead(popfleet_release: cluster.Cluster, ns: str) -> None:
+BACKLOG = 5
+
+
+def test_scale_down_waits_while_the_leaving_broker_holds_messages(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    leaving = story.broker_pods(popfleet_release, ns, CLUSTER)[3]
+    clientprotocol.send(client_endpoint(leaving), topic="orders", count=BACKLOG)
     story.patch_spec(popfleet_release, ns, "brokerclusters", CLUSTER, {"brokers": 3})
+    bc = story.wait_condition(
+        popfleet_release, ns, "brokerclusters", CLUSTER, "Reconciling", reason="ScaleDownBlocked"
+    )
+    why = story.condition(bc, "Reconciling")["message"]
+    assert f"broker 3: {BACKLOG} messages not yet consumed" in why
+    assert story.condition(bc, "Degraded")["reason"] == "ScaleDownBlocked"
+    assert story.condition(bc, "Ready")["status"] == "False"
+    sts = popfleet_release.admin.get(f"/apis/apps/v1/namespaces/{ns}/statefulsets/{CLUSTER}")
+    assert sts["spec"]["replicas"] == 4
+    assert [p["metadata"]["name"] for p in story.broker_pods(popfleet_release, ns, CLUSTER)][
+        -1
+    ] == "demo-3"
+
+    story.wait_event(popfleet_release, ns, "ScaleDownBlocked", "messages not yet consumed")
+
+
+def test_scale_down_goes_ahead_once_the_messages_are_consumed(
+    popfleet_release: cluster.Cluster, ns: str
+) -> None:
+    leaving = story.broker_pods(popfleet_release, ns, CLUSTER)[3]
+    endpoint = client_endpoint(leaving)
+    acked = clientprotocol.consume(endpoint, group="billing", topic="orders", count=BACKLOG)
+    assert acked == BACKLOG
     three = ["demo-0", "demo-1", "demo-2"]
     bc = story.wait_condition(
         popfleet_release, ns, "brokerclusters", CLUSTER, "Ready",
@@ -224,10 +292,20 @@ def test_unreachable_broker_degrades_then_recovers(
         )
         assert "demo-0" in story.condition(topic, "Degraded")["message"]
         assert story.condition(topic, "TopicSynced")["status"] == "False"
+        group = story.wait_condition(
+            popfleet_release, ns, "consumergroups", "billing", "Degraded",
+            reason="BrokerUnreachable",
+        )  # fmt: skip
+        assert "demo-0" in story.condition(group, "Degraded")["message"]
+        assert story.condition(group, "ModeApplied")["status"] == "False"
     finally:
         story.freeze(store, frozen=False)
-    story.wait_condition(popfleet_release, ns, "topics", "orders", "Degraded", status="False")
-    story.wait_condition(popfleet_release, ns, "topics", "orders", "TopicSynced")
+    for plural, name, domain in (
+        ("topics", "orders", "TopicSynced"),
+        ("consumergroups", "billing", "ModeApplied"),
+    ):
+        story.wait_condition(popfleet_release, ns, plural, name, "Degraded", status="False")
+        story.wait_condition(popfleet_release, ns, plural, name, domain)
 
 
 def test_second_claim_on_a_topic_conflicts_and_touches_nothing(
@@ -293,7 +371,21 @@ def test_deletion_retain_keeps_and_delete_removes(
     )
     pod = story.broker_pods(popfleet_release, ns, CLUSTER)[0]
 
-    popfleet_release.kubectl("delete", "consumergroup", "auditors", "-n", ns, "--timeout=60s")
+    # Delete waits while the group has messages to consume, and says where.
+    clientprotocol.send(client_endpoint(pod), topic="audit-log", count=3)
+    popfleet_release.kubectl("delete", "consumergroup", "auditors", "-n", ns, "--wait=false")
+    blocked = story.wait_condition(
+        popfleet_release, ns, "consumergroups", "auditors", "Ready", status="False",
+        reason="DeletionBlocked",
+    )  # fmt: skip
+    assert "demo-0: 3 messages" in story.condition(blocked, "Ready")["message"]
+    assert "auditors" in [g.name for g in story.on_broker(pod, lambda admin: admin.groups())]
+    clientprotocol.consume(client_endpoint(pod), group="auditors", topic="audit-log", count=3)
+    waiting.until(
+        lambda: story.get(popfleet_release, ns, "consumergroups", "auditors") is None,
+        timeout_s=60,
+        what="auditors finalized once drained",
+    )
     popfleet_release.kubectl("delete", "topic", "audit-log", "-n", ns, "--timeout=60s")
     groups = story.on_broker(pod, lambda admin: admin.groups())
     topics = story.on_broker(pod, lambda admin: admin.topics())

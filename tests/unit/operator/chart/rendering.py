@@ -41,3 +41,16 @@ def one(docs: list[Obj], kind: str, name: str | None = None) -> Obj:
     found = [d for d in by_kind(docs, kind) if name is None or d["metadata"]["name"] == name]
     assert len(found) == 1, f"{kind} {name}: {len(found)} found"
     return found[0]
+
+
+def is_hook(doc: Obj) -> bool:
+    return "helm.sh/hook" in ((doc.get("metadata") or {}).get("annotations") or {})
+
+
+def release_objects(docs: list[Obj]) -> list[Obj]:
+    """What ``helm install`` keeps running (hooks, like the uninstall clean-up, left out)."""
+    return [d for d in docs if not is_hook(d)]
+
+
+def hooks(docs: list[Obj]) -> list[Obj]:
+    return [d for d in docs if is_hook(d)]

@@ -1,8 +1,11 @@
-"""templates/rbac.yaml: least privilege, cluster-wide or per watched namespace."""
+"""templates/rbac.yaml: least privilege, cluster-wide or per watched namespace.
+
+The uninstall hook's own RBAC (templates/cleanup.yaml) is tested in test_cleanup_hook.py.
+"""
 
 from __future__ import annotations
 
-from tests.unit.operator.chart.rendering import by_kind, one, render
+from tests.unit.operator.chart.rendering import by_kind, one, release_objects, render
 
 
 def verbs(rules: list[dict[str, list[str]]], group: str, resource: str) -> set[str]:
@@ -58,7 +61,7 @@ def test_audit_rules_cover_runs_identity_and_only_binding_the_driver_role() -> N
 
 
 def test_cluster_wide_by_default() -> None:
-    docs = render()
+    docs = release_objects(render())
     bindings = {b["metadata"]["name"] for b in by_kind(docs, "ClusterRoleBinding")}
     assert bindings == {"rel-popfleet", "rel-popfleet-cluster"}
     assert not by_kind(docs, "RoleBinding")
@@ -71,7 +74,7 @@ def test_cluster_wide_by_default() -> None:
 
 
 def test_watched_namespaces_get_role_bindings() -> None:
-    docs = render("operator.watchNamespaces={team-a,team-b}")
+    docs = release_objects(render("operator.watchNamespaces={team-a,team-b}"))
     bindings = by_kind(docs, "RoleBinding")
     assert sorted(b["metadata"]["namespace"] for b in bindings) == ["team-a", "team-b"]
     assert {b["metadata"]["name"] for b in by_kind(docs, "ClusterRoleBinding")} == {
