@@ -102,8 +102,25 @@ def _hints(info: controlplane.Info) -> None:
     say("Stop with Ctrl-C (traffic stops, the testbed stays); `make demo-down` stops everything.\n")
 
 
+def _reset_group(access: ClusterAccess) -> None:
+    """A testbed kept from an earlier demo has the group in POP: start again from PULL."""
+    try:
+        group = access.get_or_none("consumergroup", steps.GROUP)
+    except ScenarioError:  # a fresh testbed: no CRDs yet, so nothing to reset
+        return
+    if group is not None:
+        say(f"resetting {steps.GROUP} to PULL (kept from an earlier demo on this testbed)")
+        access.merge_patch(
+            "consumergroup", steps.GROUP, {"spec": {"consumeMode": "PULL", "popShareQueueNum": 0}}
+        )
+
+
 def up(run_dir: Path, *, every_s: float) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
+    running = processes.read_pid_file(run_dir / PID_FILE)
+    if running is not None and processes.alive(running):
+        say(f"a demo already runs in {run_dir} (pid {running.pid}); `make demo-down` stops it")
+        return 1
     pid = os.getpid()
     me = processes.Recorded(pid=pid, start_ticks=processes.start_ticks(pid) or -1)
     processes.write_pid_file(run_dir / PID_FILE, me)
@@ -112,6 +129,7 @@ def up(run_dir: Path, *, every_s: float) -> int:
     access = testbed_access.access(info, NAMESPACE)
     story = steps.Story(access, traffic_max_s=MAX_RUN_S)
     try:
+        _reset_group(access)
         scenario.run_steps(story, scenario.SETUP, say=say)
         auditing.enable(access, steps.CLUSTER, schedule=AUDIT_SCHEDULE)
         _show(access)
@@ -119,7 +137,11 @@ def up(run_dir: Path, *, every_s: float) -> int:
         stop = threading.Event()  # from here on, Ctrl-C and SIGTERM end the loop cleanly
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda _signum, _frame: stop.set())
-        say("Traffic keeps flowing; the hung consumer still holds what it took (in flight).")
+        say(
+            "Traffic keeps flowing. 'in flight' = popped, not acked yet: the hung consumer's\n"
+            "messages stay there until their invisible time (60 s) ends; then revive hands\n"
+            "them to the healthy consumers."
+        )
         audited_by = ""
         while not stop.wait(every_s):
             say(_status_line(story))
