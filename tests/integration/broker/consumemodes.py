@@ -9,9 +9,10 @@ first refresh, with no stale receive from a transient assignment.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from bench.peers import pushworker
@@ -26,15 +27,51 @@ REFRESH_S = pushworker.ASSIGNMENT_REFRESH_S
 MARGIN_S = 5.0  # scheduling slack on a loaded 2-core machine
 
 
-def start_broker(work_dir: Path, *, topic: str, group: str) -> BrokerProcess:
+@contextlib.contextmanager
+def running_broker(work_dir: Path, *, topic: str, group: str) -> Iterator[BrokerProcess]:
     """``popbroker all`` with its admin API; ``topic`` has 2 queues and starts write-only."""
-    return BrokerProcess.start(
+    process = BrokerProcess.start(
         work_dir,
         mode="all",
         topics=[TopicConfig(topic, 2, 2, perm=Permission.WRITE)],
         groups=[GroupConfig(group)],
         admin=True,
     )
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(process.logs())  # shown by pytest only when the test failed
+
+
+@contextlib.contextmanager
+def running_fleet(
+    broker: BrokerProcess,
+    work_dir: Path,
+    *,
+    topic: str,
+    group: str,
+    names: Sequence[str],
+    processing_ms: float,
+    threads: int,
+    max_cache: int,
+) -> Iterator[PushFleet]:
+    """PushConsumer workers of ``group`` on ``topic`` (see :class:`PushFleet`)."""
+    consumers = PushFleet(
+        endpoint=broker.endpoint,
+        group=group,
+        topic=topic,
+        work_dir=work_dir,
+        names=names,
+        processing_ms=processing_ms,
+        threads=threads,
+        max_cache=max_cache,
+    )
+    with consumers:
+        try:
+            yield consumers
+        finally:
+            print(consumers.logs())
 
 
 def admin(broker: BrokerProcess, *args: str) -> None:

@@ -35,8 +35,9 @@ from tests.integration.broker.consumemodes import (
     REFRESH_S,
     assignments,
     make_readable,
+    running_broker,
+    running_fleet,
     set_mode,
-    start_broker,
     wait_for_assignments,
     wait_until_popping,
 )
@@ -50,31 +51,23 @@ SEND_EVERY_S = 0.05
 
 @pytest.fixture
 def admin_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = start_broker(tmp_path / "broker", topic=TOPIC, group=GROUP)
-    try:
+    with running_broker(tmp_path / "broker", topic=TOPIC, group=GROUP) as process:
         yield process
-    finally:
-        process.stop()
-        print(process.logs())
 
 
 @pytest.fixture
 def fleet(admin_broker: BrokerProcess, tmp_path: Path) -> Iterator[PushFleet]:
-    consumers = PushFleet(
-        endpoint=admin_broker.endpoint,
-        group=GROUP,
+    with running_fleet(
+        admin_broker,
+        tmp_path / "consumers",
         topic=TOPIC,
-        work_dir=tmp_path / "consumers",
+        group=GROUP,
         names=NAMES,
         processing_ms=20,
         threads=1,
         max_cache=8,
-    )
-    with consumers:
-        try:
-            yield consumers
-        finally:
-            print(consumers.logs())
+    ) as consumers:
+        yield consumers
 
 
 def consumers_by_queue(fleet: PushFleet, prefix: str) -> dict[int, set[str]]:

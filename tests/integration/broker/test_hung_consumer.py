@@ -37,8 +37,9 @@ from tests.integration.broker.consumemodes import (
     assignments,
     make_readable,
     offsets,
+    running_broker,
+    running_fleet,
     set_mode,
-    start_broker,
     wait_for_assignments,
     wait_until_popping,
 )
@@ -55,31 +56,23 @@ REVIVE_LATENESS_S = 1.0  # DESIGN §3.2 target
 
 @pytest.fixture
 def admin_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = start_broker(tmp_path / "broker", topic=TOPIC, group=GROUP)
-    try:
+    with running_broker(tmp_path / "broker", topic=TOPIC, group=GROUP) as process:
         yield process
-    finally:
-        process.stop()
-        print(process.logs())
 
 
 @pytest.fixture
 def fleet(admin_broker: BrokerProcess, tmp_path: Path) -> Iterator[PushFleet]:
-    consumers = PushFleet(
-        endpoint=admin_broker.endpoint,
-        group=GROUP,
+    with running_fleet(
+        admin_broker,
+        tmp_path / "consumers",
         topic=TOPIC,
-        work_dir=tmp_path / "consumers",
+        group=GROUP,
         names=NAMES,
         processing_ms=5,
         threads=HELD,
         max_cache=HELD,
-    )
-    with consumers:
-        try:
-            yield consumers
-        finally:
-            print(consumers.logs())
+    ) as consumers:
+        yield consumers
 
 
 def send_round(broker: BrokerProcess, prefix: str) -> set[str]:
