@@ -6,8 +6,8 @@ OPERATOR_PYTEST_ARGS ?=
 
 .PHONY: test-operator operator-run
 
-test-operator: $(STAMP) testbed-bin ## operator unit + testbed tests (CRDs, chart, user story)
-	$(PY) -m pytest tests/unit/operator tests/integration/operator $(OPERATOR_PYTEST_ARGS)
+test-operator: $(STAMP) testbed-bin ## operator unit + testbed tests (CRDs, chart, user story, uninstall)
+	$(PY) -m pytest tests/unit/operator tests/integration/operator tests/integration/operator_uninstall $(OPERATOR_PYTEST_ARGS)
 
 operator-run: $(STAMP) ## run the operator locally against $$KUBECONFIG (e.g. after testbed-up)
 	POPFLEET_RESYNC_INTERVAL_S=5 $(PY) -m popfleet_operator
