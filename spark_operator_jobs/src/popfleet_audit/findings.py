@@ -62,22 +62,18 @@ def iso_time(epoch_ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def merge_lag(
-    groups: dict[str, GroupFindings], group_status: Iterable[Row], group_lag: Iterable[Row]
-) -> dict[str, GroupFindings]:
-    """Add the lag job's per-group rows (burrow.group_status, lagging.group_lag)."""
+def merge_lag(groups: dict[str, GroupFindings], rows: Iterable[Row]) -> dict[str, GroupFindings]:
+    """Add the lag job's per-group rows (burrow.group_status joined with lagging.group_lag)."""
     merged = dict(groups)
-    lags = {row["group"]: row for row in group_lag}
-    for row in group_status:
+    for row in rows:
         name = row["group"]
-        lag = lags.get(name, {})
         merged[name] = replace(
             merged.get(name, GroupFindings(name)),
             status=row["status"],
             partitions_not_ok=int(row["partitions_not_ok"]),
-            lag_messages=int(lag.get("lag_messages", row["total_lag"]) or 0),
-            time_lag_ms=int(lag.get("time_lag_ms", 0) or 0),
-            in_flight_messages=int(lag.get("in_flight_messages", 0) or 0),
+            lag_messages=int(row["lag_messages"] or 0),
+            time_lag_ms=int(row["time_lag_ms"] or 0),
+            in_flight_messages=int(row["in_flight_messages"] or 0),
         )
     return merged
 

@@ -6,6 +6,7 @@ Called by :func:`popfleet_audit.main.main` with a built session; returns the
 
 from __future__ import annotations
 
+import logging
 import time
 
 from pyspark.sql import SparkSession
@@ -13,6 +14,8 @@ from pyspark.sql import SparkSession
 from popfleet_audit import findings, lag_audit, metrics, outputs, revive_backlog_audit
 from popfleet_audit.config import AuditConfig
 from popfleet_audit.findings import AuditSummary
+
+log = logging.getLogger(__name__)
 
 
 def run(spark: SparkSession, config: AuditConfig, *, token: str | None) -> AuditSummary:
@@ -27,11 +30,10 @@ def run(spark: SparkSession, config: AuditConfig, *, token: str | None) -> Audit
     if config.runs_lag:
         lag = lag_audit.run(spark, config)
         partition_rows = findings.plain_rows(lag.partitions.collect())
-        groups = findings.merge_lag(
-            groups, [r for r in findings.plain_rows(lag.groups.collect())], []
-        )
+        groups = findings.merge_lag(groups, findings.plain_rows(lag.groups.collect()))
         partitions = tuple(sorted(partition_rows, key=_partition_order))
         jobs.append("lag")
+        log.info("lag audit done after %.1f s", time.monotonic() - started)
     if config.runs_revive:
         inputs, revive = revive_backlog_audit.run(spark, config, token=token)
         groups = findings.merge_backlog(groups, findings.plain_rows(revive.totals.collect()))
@@ -41,6 +43,7 @@ def run(spark: SparkSession, config: AuditConfig, *, token: str | None) -> Audit
         scanned = inputs.revive_log.count()
         positions = {"start": inputs.start_positions, "end": inputs.end_positions}
         jobs.append("revive")
+        log.info("revive backlog audit done after %.1f s", time.monotonic() - started)
     summary = AuditSummary(
         run_id=config.run_id,
         audited_at_ms=audited_at_ms,

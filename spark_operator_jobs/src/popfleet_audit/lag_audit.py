@@ -44,7 +44,10 @@ def extract(spark: SparkSession, config: AuditConfig) -> DataFrame:
 def transform(offsets: DataFrame, history: DataFrame, *, run_id: str, window: int) -> LagResult:
     lags = lagging.queue_lag(offsets)
     rows = lagging.history_rows(lags, run_id=run_id)
-    partitions = burrow.evaluate(history.unionByName(rows), window=window)
+    # Partitions gone from the brokers (deleted topics, groups) drop out of the report.
+    partitions = burrow.evaluate(history.unionByName(rows), window=window).join(
+        rows.select(*burrow.PARTITION), on=list(burrow.PARTITION), how="left_semi"
+    )
     groups = burrow.group_status(partitions).join(
         lagging.group_lag(lags).drop("queues"), on="group", how="left"
     )

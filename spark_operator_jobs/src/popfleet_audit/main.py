@@ -41,11 +41,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = session.build(config.master)
     try:
         summary = jobs.run(spark, config, token=token)
+    except Exception:  # the edge: whatever failed inside Spark or a broker, log it and exit 1
+        log.exception("audit %s failed", config.run_id)
+        return 1
     finally:
         spark.stop()
     log.info("audit %s written to %s", config.run_id, config.output_dir)
-    if config.patches_status:
+    if not config.patches_status:
+        return 0
+    try:
         asyncio.run(kube.publish(config, summary))
+    except (kube.PublishError, OSError) as exc:
+        log.error("audit %s: publishing failed: %s", config.run_id, exc)
+        return 1
     return 0
 
 
