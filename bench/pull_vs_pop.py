@@ -331,10 +331,15 @@ def main() -> None:
             broker.stop()
     pull_after = runs["PULL"]["after_hang"]["mean_msgs_per_s"]
     pop_after = runs["POP"]["after_hang"]["mean_msgs_per_s"]
+    pull_median = runs["PULL"]["after_hang"]["median_msgs_per_s"]
+    pop_median = runs["POP"]["after_hang"]["median_msgs_per_s"]
     summary = {
         "pull_after_hang_msgs_per_s": pull_after,
         "pop_after_hang_msgs_per_s": pop_after,
         "ratio_pop_over_pull_after_hang": pop_after / pull_after if pull_after else None,
+        "ratio_pop_over_pull_after_hang_bin_medians": (
+            pop_median / pull_median if pull_median else None
+        ),
         "pull_hung_queue_backlog_at_end": runs["PULL"]["backlog_at_end"]["q0"],
         "pop_backlog_at_end": runs["POP"]["backlog_at_end"],
     }

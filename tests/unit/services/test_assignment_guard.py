@@ -2,7 +2,9 @@
 
 After a rebalance a push consumer's receive for its old queue may still be
 parked; it must not pop that queue (now another consumer's in PULL mode), and
-the wake-up it took must reach the queue's new consumer.
+the wake-up it took must reach the queue's new consumer. The router reads
+consume modes at most once per TTL, so this check costs no store round trip
+per receive.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from collections.abc import Callable
 
 from popbroker.services.clients import ClientKind
 from popbroker.services.receiving import ReceiveRequest
+from popbroker.services.routing import Endpoint, Router
 from popbroker.store.api import ConsumeMode, ConsumeModeConfig
 from tests.unit.services.conftest import GROUP, TOPIC, Broker
 
@@ -87,3 +90,29 @@ async def test_stale_parked_receive_hands_its_wake_up_to_the_new_owner(broker: B
         assert await asyncio.wait_for(stale, 5) == ()
     finally:
         await popack.stop()
+
+
+async def test_consume_modes_are_reread_once_per_ttl(broker: Broker) -> None:
+    router = Router(
+        store=broker.store,
+        config=broker.popack.config,
+        broker_name="broker-0",
+        advertised=Endpoint("127.0.0.1", 8081),
+        clock=broker.clock,
+        mode_ttl_ms=1_000,
+    )
+    _join(broker, "a")
+    _join(broker, "b")
+
+    async def assigned() -> list[int]:
+        found = await router.assignment(
+            topic_name=TOPIC, group=GROUP, client_id="a", clients=broker.popack.clients
+        )
+        return [q.queue_id for q in found]
+
+    assert await assigned() == [0]
+    await broker.store.put_consume_mode(ConsumeModeConfig(GROUP, TOPIC, ConsumeMode.POP, 0))
+    broker.clock.advance(999)
+    assert await assigned() == [0]  # still the mode read a moment ago
+    broker.clock.advance(1)
+    assert await assigned() == [-1]
