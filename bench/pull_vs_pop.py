@@ -301,6 +301,24 @@ def _sample(fleet: PushFleet, admin: str, mode: str, t: float) -> dict[str, floa
     }
 
 
+def summarise(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The headline figures of both modes' runs."""
+    pull_after = runs["PULL"]["after_hang"]["mean_msgs_per_s"]
+    pop_after = runs["POP"]["after_hang"]["mean_msgs_per_s"]
+    pull_median = runs["PULL"]["after_hang"]["median_msgs_per_s"]
+    pop_median = runs["POP"]["after_hang"]["median_msgs_per_s"]
+    return {
+        "pull_after_hang_msgs_per_s": pull_after,
+        "pop_after_hang_msgs_per_s": pop_after,
+        "ratio_pop_over_pull_after_hang": pop_after / pull_after if pull_after else None,
+        "ratio_pop_over_pull_after_hang_bin_medians": (
+            pop_median / pull_median if pull_median else None
+        ),
+        "pull_hung_queue_backlog_at_end": runs["PULL"]["backlog_at_end"]["q0"],
+        "pop_backlog_at_end": runs["POP"]["backlog_at_end"],
+    }
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.pull_vs_pop")
     defaults = Config()
@@ -329,20 +347,7 @@ def main() -> None:
                 )
         finally:
             broker.stop()
-    pull_after = runs["PULL"]["after_hang"]["mean_msgs_per_s"]
-    pop_after = runs["POP"]["after_hang"]["mean_msgs_per_s"]
-    pull_median = runs["PULL"]["after_hang"]["median_msgs_per_s"]
-    pop_median = runs["POP"]["after_hang"]["median_msgs_per_s"]
-    summary = {
-        "pull_after_hang_msgs_per_s": pull_after,
-        "pop_after_hang_msgs_per_s": pop_after,
-        "ratio_pop_over_pull_after_hang": pop_after / pull_after if pull_after else None,
-        "ratio_pop_over_pull_after_hang_bin_medians": (
-            pop_median / pull_median if pull_median else None
-        ),
-        "pull_hung_queue_backlog_at_end": runs["PULL"]["backlog_at_end"]["q0"],
-        "pop_backlog_at_end": runs["POP"]["backlog_at_end"],
-    }
+    summary = summarise(runs)
     path = common.write(NAME, {"config": _config(config), "summary": summary, "runs": runs})
     pull_vs_pop_plot.plot(runs, config=_config(config), path=PNG)
     print(f"wrote {path} and {PNG}")
