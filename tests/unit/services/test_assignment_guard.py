@@ -116,3 +116,16 @@ async def test_consume_modes_are_reread_once_per_ttl(broker: Broker) -> None:
     assert await assigned() == [0]  # still the mode read a moment ago
     broker.clock.advance(1)
     assert await assigned() == [-1]
+
+
+async def test_push_receive_pops_its_queue_only_and_minus_one_pops_all(broker: Broker) -> None:
+    _join(broker, "a")  # alone: holds both queues
+    landed = {(await broker.send(f"m{i}".encode())).queue_id for i in range(4)}
+    assert landed == {0, 1}
+    got = await broker.popack.receiver.receive(_push_receive(broker, "a", 1, poll_ms=0))
+    assert {m.stored.queue_id for m in got} == {1}
+    assert len(got) == 2
+    await broker.store.put_consume_mode(ConsumeModeConfig(GROUP, TOPIC, ConsumeMode.POP, 0))
+    got = await broker.popack.receiver.receive(_push_receive(broker, "a", -1, poll_ms=0))
+    assert {m.stored.queue_id for m in got} == {0}  # queue 1's two are in flight
+    assert len(got) == 2
