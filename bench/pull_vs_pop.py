@@ -335,10 +335,10 @@ def main() -> None:
     config = Config(args.rate, args.duration_s, args.hang_at_s, args.processing_ms, args.max_cache)
     if not 0 < config.hang_at_s < config.duration_s <= 120 or config.rate_per_s > 2000:
         raise SystemExit("need 0 < hang-at < duration <= 120 s and rate <= 2000 msgs/s")
-    asyncio.set_event_loop(asyncio.new_event_loop())  # the official client wants a current loop
     runs: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="pull-vs-pop-") as tmp:
-        broker, admin = start_broker(Path(tmp) / "broker")
+        broker, admin = start_broker(Path(tmp) / "broker")  # asyncio.run: leaves no loop
+        asyncio.set_event_loop(asyncio.new_event_loop())  # the official client wants one
         try:
             for mode in MODES:
                 print(f"-- {mode}", flush=True)
