@@ -1,13 +1,14 @@
 """Operator tests on the local testbed: real kube-apiserver, real Helm, process kubelet.
 
-``popfleet_release`` helm-installs charts/popfleet once per session (CRDs, the operator as
-the chart's pod with the chart's RBAC). ``operator_log_clean`` checks after a test that the
-operator wrote no traceback and no error outside the expected kinds.
+``popfleet_release`` helm-installs charts/popfleet once for this package (CRDs, the operator
+as the chart's pod with the chart's RBAC) and uninstalls it after (the chart's pre-delete
+hook has the operator finalize every CR). ``operator_log_clean`` checks after a test that
+the operator neither restarted nor wrote a traceback or an error outside the expected kinds
+(``story.EXPECTED_ERRORS``).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,14 +21,6 @@ from tests.integration.operator import story
 __all__ = ["testbed", "testbed_namespace"]
 
 RELEASE_NAMESPACE = "popfleet-system"
-
-# Lines the operator may log at ERROR level without anything being wrong.
-EXPECTED_ERRORS = re.compile(
-    r"failed temporarily"  # a TemporaryError: a retry with back-off, by design
-    r"|storage is \(re\)initializing"  # the apiserver warming a new CRD's watch cache
-    r"|is being terminated|namespaces \"[^\"]+\" not found"  # Events into a namespace going away
-    r"|failed permanently: spec\."  # an InvalidSpec, reported as a condition (tested on purpose)
-)
 
 
 @pytest.fixture(scope="package")
@@ -52,27 +45,7 @@ def popfleet_release(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
 
 
 def operator_pod(testbed: cluster.Cluster) -> dict[str, Any]:
-    (pod,) = testbed.pods(RELEASE_NAMESPACE, "app.kubernetes.io/name=popfleet-operator")
-    return pod
-
-
-def operator_log(testbed: cluster.Cluster) -> str:
-    return testbed.log(operator_pod(testbed))
-
-
-def restarts(pod: dict[str, Any]) -> int:
-    return sum(int(s.get("restartCount", 0)) for s in pod["status"].get("containerStatuses", []))
-
-
-def unexpected_errors(log: str) -> list[str]:
-    lines = log.splitlines()
-    bad = [
-        line
-        for line in lines
-        if (" ERROR " in line or " CRITICAL " in line) and not EXPECTED_ERRORS.search(line)
-    ]
-    bad += [line for line in lines if line.startswith("Traceback")]
-    return bad
+    return story.operator_pod(testbed, RELEASE_NAMESPACE)
 
 
 @pytest.fixture
@@ -83,6 +56,6 @@ def operator_log_clean(popfleet_release: cluster.Cluster) -> Iterator[None]:
     yield
     after = operator_pod(popfleet_release)
     assert after["metadata"]["uid"] == pod["metadata"]["uid"], "the operator pod was replaced"
-    assert restarts(after) == restarts(pod), "the operator container restarted"
+    assert story.restarts(after) == story.restarts(pod), "the operator container restarted"
     new = popfleet_release.log(after)[before:]
-    assert unexpected_errors(new) == [], new[-4000:]
+    assert story.unexpected_errors(new) == [], new[-4000:]

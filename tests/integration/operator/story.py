@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -21,6 +22,14 @@ CRDS = Path(__file__).resolve().parents[3] / "crds"
 CHART = Path(__file__).resolve().parents[3] / "charts" / "popfleet"
 Obj = dict[str, Any]
 T = TypeVar("T")
+
+# Lines the operator may log at ERROR level without anything being wrong.
+EXPECTED_ERRORS = re.compile(
+    r"failed temporarily"  # a TemporaryError: a retry with back-off, by design
+    r"|storage is \(re\)initializing"  # the apiserver warming a new CRD's watch cache
+    r"|is being terminated|namespaces \"[^\"]+\" not found"  # Events into a namespace going away
+    r"|failed permanently: spec\."  # an InvalidSpec, reported as a condition (tested on purpose)
+)
 
 
 def install_chart(
@@ -37,6 +46,27 @@ def install_chart(
         *(arg for value in sets for arg in ("--set", value)),
         "--wait", "--timeout", "120s", timeout_s=180,
     )  # fmt: skip
+
+
+def operator_pod(tb: cluster.Cluster, namespace: str) -> Obj:
+    (pod,) = tb.pods(namespace, "app.kubernetes.io/name=popfleet-operator")
+    return pod
+
+
+def restarts(pod: Obj) -> int:
+    return sum(int(s.get("restartCount", 0)) for s in pod["status"].get("containerStatuses", []))
+
+
+def unexpected_errors(log: str) -> list[str]:
+    """ERROR/CRITICAL lines not in ``EXPECTED_ERRORS``, and tracebacks."""
+    lines = log.splitlines()
+    bad = [
+        line
+        for line in lines
+        if (" ERROR " in line or " CRITICAL " in line) and not EXPECTED_ERRORS.search(line)
+    ]
+    bad += [line for line in lines if line.startswith("Traceback")]
+    return bad
 
 
 def path(namespace: str, plural: str, name: str = "") -> str:

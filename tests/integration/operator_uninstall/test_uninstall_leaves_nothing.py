@@ -3,9 +3,10 @@
 Steps: install the chart (hook timeout 20 s) -> a 1-broker cluster, a Retain and a Delete
 Topic, a Delete ConsumerGroup with 2 messages still to consume -> the first uninstall fails:
 the hook names the group and its backlog, the operator keeps running, the cluster is
-untouched -> the messages are consumed -> the second uninstall succeeds and leaves no custom
-resource, no stuck finalizer, no child object, no hook object; only the brokers' PVC stays
-(StatefulSet retention policy) and the CRDs (``crds.keep``).
+untouched -> the messages are consumed (the operator has logged no unexpected error and has
+not restarted) -> the second uninstall succeeds and leaves no custom resource, no stuck
+finalizer, no child object, no hook object; only the brokers' PVC stays (StatefulSet
+retention policy) and the CRDs (``crds.keep``).
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def test_uninstall_waits_for_a_backlog_then_leaves_nothing_behind(
 
         # 2. Consumed: the operator (still running) finalizes the group, then the topic.
         clientprotocol.consume(broker_endpoint(tb, ns), group="auditors", topic="dropped", count=2)
+        operator = story.operator_pod(tb, RELEASE_NS)
+        assert story.restarts(operator) == 0
+        assert story.unexpected_errors(tb.log(operator)) == []
         uninstall(tb)
     except BaseException:
         tb.helm("uninstall", RELEASE, "-n", RELEASE_NS, "--no-hooks", timeout_s=120)
