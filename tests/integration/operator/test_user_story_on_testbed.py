@@ -1,13 +1,14 @@
 """The user story of DESIGN §1 on the testbed, against the chart-installed operator.
 
 One BrokerCluster for the module (brokers take seconds to start), steps in order:
-3 brokers Ready -> a Topic on all 3 -> a group PULL -> POP on all 3, and the brokers'
-QueryAssignment answers switch from exclusive queues to "every queue" (-1) -> a broker whose
-volume was wiped gets its modes back -> scale 3 -> 4 replays everything -> 4 -> 3 is refused
-while the leaving broker holds messages, and goes ahead once they are consumed -> a frozen
-broker makes the Topic and the group Degraded, then they recover -> a second claim
-conflicts -> pause -> an invalid spec -> deletion with Retain, and with Delete (which waits
-while a backlog remains).
+the operator runs as the chart's pod under its own least-privilege RBAC -> 3 brokers
+Ready -> a Topic on all 3 -> a group PULL -> POP on all 3, and the brokers' QueryAssignment
+answers switch from exclusive queues to "every queue" (-1) -> a broker whose volume was
+wiped gets its modes back -> scale 3 -> 4 replays everything -> 4 -> 3 is refused while the
+leaving broker holds messages, and goes ahead once they are consumed -> a frozen broker
+makes the Topic and the group Degraded, then they recover -> a second claim conflicts ->
+pause -> an invalid spec -> deletion with Retain, and with Delete (which waits while a
+backlog remains).
 Every test checks that the operator logged no unexpected error or traceback.
 """
 
@@ -19,7 +20,7 @@ from typing import Any
 import pytest
 
 from popfleet_api import models
-from popfleet_testbed import cluster, waiting
+from popfleet_testbed import cluster, errors, waiting
 from tests.integration.operator import clientprotocol, story
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.usefixtures("operator_log_clean")]
@@ -95,6 +96,41 @@ def assignments(pods: list[dict[str, Any]]) -> list[dict[str, list[tuple[str, in
             }
         )
     return answers
+
+
+def test_the_operator_runs_as_the_chart_pod_with_its_own_least_privilege_rbac(
+    popfleet_release: cluster.Cluster,
+) -> None:
+    (pod,) = popfleet_release.pods("popfleet-system", "app.kubernetes.io/name=popfleet-operator")
+    assert pod["spec"]["serviceAccountName"] == "popfleet"
+    assert popfleet_release.is_ready(pod)
+    who = "--as=system:serviceaccount:popfleet-system:popfleet"
+
+    def can(verb: str, resource: str) -> bool:
+        try:
+            answer = popfleet_release.kubectl("auth", "can-i", verb, resource, "-A", who)
+        except errors.TestbedError as exc:  # kubectl exits 1 for "no"
+            if "have a resource type" in str(exc):  # a typo in the test is no answer
+                raise
+            answer = "no"
+        return answer.strip().splitlines()[-1].strip() == "yes"
+
+    for verb, resource in [
+        ("patch", "topics.popfleet.io"),
+        ("patch", "consumergroups.popfleet.io/status"),
+        ("create", "statefulsets.apps"),
+        ("list", "pods"),
+        ("get", "secrets"),
+    ]:
+        assert can(verb, resource), f"the operator cannot {verb} {resource}"
+    for verb, resource in [
+        ("delete", "topics.popfleet.io"),
+        ("delete", "statefulsets.apps"),
+        ("list", "secrets"),
+        ("create", "pods"),
+        ("create", "clusterroles.rbac.authorization.k8s.io"),
+    ]:
+        assert not can(verb, resource), f"the operator may {verb} {resource}"
 
 
 def test_cluster_becomes_ready_with_three_brokers(
