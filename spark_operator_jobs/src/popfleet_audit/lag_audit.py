@@ -71,7 +71,6 @@ def run(spark: SparkSession, config: AuditConfig) -> LagResult:
         partitions=result.partitions.cache(),
         groups=result.groups.cache(),
     )
-    result.partitions.count()
     load(result, config)
     return result
 
