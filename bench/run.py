@@ -15,6 +15,7 @@ BENCHMARKS = [
     "bench.pop_peers",
     "bench.operator_convergence",
     "bench.pull_vs_pop",
+    "bench.audit_throughput",
 ]
 
 

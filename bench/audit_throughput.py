@@ -1,0 +1,248 @@
+"""Audit throughput: revive-log records scanned and joined per second on Spark ``local[2]``.
+
+What is measured: a headline case of ``--records`` (1M) records in 8 revive queues, and
+a scaling series of ``--scaling-records`` (200k) records for 1, 2, 4 and 8 revive
+queues (one data-source partition per revive queue; ``local[2]`` runs two at a time):
+
+* ``scan``: ``spark.read.format("popfleet")`` of the ``revive_log`` table,
+  counted -- admin-API streaming scans into Spark rows;
+* ``scan_join``: the same read through the revive backlog transforms
+  (CK/ACK join per group, per-group report) and collected -- the audit's work.
+
+The records are honest revive-log records: checkpoints of 8 messages each and
+one ACK record per checkpoint acking half of them, encoded by the broker's own
+record codec and appended straight into a broker store (``LocalStore``, the
+store API) with the wanted number of revive queues; a child process
+(``python -m bench.audit_throughput serve ...``) serves that store's admin API
+on 127.0.0.1, and the audit reads it like a live broker. Bounded by the record
+count; each case runs ``--repeats`` times (median reported). Nothing asserts a
+timing. Run: ``make bench`` or ``python -m bench.audit_throughput [--records N]
+[--queues 1,2,4,8] [--repeats 1]``; JSON to bench/results/audit_throughput.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import common
+from popbroker.admin.server import serve_admin
+from popbroker.pop import checkpoints, records
+from popbroker.store import names
+from popbroker.store.api import PROPERTY_TAGS, MessageToAppend
+from popbroker.store.local import LocalStore
+from popbroker.store.settings import StoreSettings
+
+CLUSTER = "bench"
+BROKER = "broker-0"
+MESSAGES_PER_CK = 8
+BATCH = 1_000
+GROUPS = 16
+START_TIMEOUT_S = 60.0
+
+
+def _settings(revive_queues: int) -> StoreSettings:
+    return StoreSettings(
+        cluster=CLUSTER,
+        broker_name=BROKER,
+        revive_queue_num=revive_queues,
+        segment_bytes=256 * 1024 * 1024,
+    )
+
+
+def _records(
+    index: int, revive_queues: int, now_ms: int
+) -> list[tuple[int, records.EncodedRecord]]:
+    """CK ``index`` and its ACK (half the messages), in the CK's revive queue."""
+    revive_queue_id = index % revive_queues
+    start = (index // revive_queues) * MESSAGES_PER_CK
+    offsets = tuple(range(start, start + MESSAGES_PER_CK))
+    ck = checkpoints.from_queue_offsets(
+        offsets,
+        topic="orders",
+        group=f"group-{index % GROUPS}",
+        queue_id=revive_queue_id,
+        start_queue_offset=start,
+        pop_time_ms=now_ms - (index % 600) * 1_000,
+        invisible_ms=60_000,
+        revive_queue_id=revive_queue_id,
+        broker_name=BROKER,
+    )
+    ack = records.ack_for(ck.key, offsets[::2])
+    return [(revive_queue_id, records.encode(ck)), (revive_queue_id, records.encode(ack))]
+
+
+async def _generate(data_dir: Path, revive_queues: int, total_records: int) -> float:
+    store = LocalStore.open(data_dir, _settings(revive_queues))
+    topic = names.revive_topic(CLUSTER)
+    now_ms = int(time.time() * 1000)
+    started = time.perf_counter()
+    try:
+        pending: list[MessageToAppend] = []
+        for index in range(total_records // 2):
+            for queue, encoded in _records(index, revive_queues, now_ms):
+                pending.append(
+                    MessageToAppend(
+                        topic=topic,
+                        queue_id=queue,
+                        body=encoded.body,
+                        properties={PROPERTY_TAGS: encoded.tag},
+                    )
+                )
+            if len(pending) >= BATCH:
+                await store.append(pending)
+                pending = []
+        if pending:
+            await store.append(pending)
+    finally:
+        await store.close()
+    return time.perf_counter() - started
+
+
+async def _serve(data_dir: Path, revive_queues: int, port_file: Path) -> None:
+    store = LocalStore.open(data_dir, _settings(revive_queues))
+    server = await serve_admin(store, listen="127.0.0.1:0")
+    tmp = port_file.with_suffix(".tmp")
+    tmp.write_text(str(server.port))
+    tmp.replace(port_file)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    await server.stop(None)
+    await store.close()
+
+
+def _start_server(data_dir: Path, revive_queues: int) -> tuple[subprocess.Popen[bytes], str]:
+    port_file = data_dir.parent / f"admin-port-{revive_queues}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bench.audit_throughput", "serve", "--data-dir", str(data_dir),
+         "--revive-queues", str(revive_queues), "--port-file", str(port_file)],
+    )  # fmt: skip
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not port_file.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("the bench's admin server did not start")
+        time.sleep(0.05)
+    return proc, f"127.0.0.1:{port_file.read_text().strip()}"
+
+
+def _stop_server(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=30)
+
+
+def _measure(spark: Any, target: str, repeats: int) -> dict[str, Any]:
+    from popfleet_audit import backlog  # noqa: PLC0415 - only with Spark up
+
+    def frame(table: str) -> Any:
+        reader = spark.read.format("popfleet").option("brokers", target).option("table", table)
+        return reader.option("from", "earliest").load()
+
+    runs: dict[str, list[float]] = {"scan": [], "scan_join": []}
+    scanned = 0
+    for _ in range(repeats):
+        started = time.perf_counter()
+        scanned = frame("revive_log").count()
+        runs["scan"].append(time.perf_counter() - started)
+        started = time.perf_counter()
+        log, queues = frame("revive_log"), frame("revive_queues")
+        states = backlog.message_states(log, queues, grace_ms=5_000)
+        report = backlog.group_backlog(states, frame("group_retry"), backlog.orphan_acks(log))
+        groups = report.collect()
+        runs["scan_join"].append(time.perf_counter() - started)
+    unacked = sum(row.unacked_messages for row in groups)
+    return {
+        "records": scanned,
+        "partitions": frame("revive_log").rdd.getNumPartitions(),
+        "unacked_messages": unacked,
+        **{f"{case}_s": runs[case] for case in runs},
+        **{f"{case}_records_per_s": scanned / common.median(runs[case]) for case in runs},
+    }
+
+
+def _case(
+    spark: Any, tmp: Path, revive_queues: int, total_records: int, repeats: int
+) -> dict[str, Any]:
+    data_dir = tmp / f"q{revive_queues}-{total_records}" / "data"
+    generate_s = asyncio.run(_generate(data_dir, revive_queues, total_records))
+    proc, target = _start_server(data_dir, revive_queues)
+    try:
+        case = _measure(spark, target, repeats)
+    finally:
+        _stop_server(proc)
+    case["generate_s"] = generate_s
+    case["expected_unacked_messages"] = (total_records // 2) * MESSAGES_PER_CK // 2
+    shown = {k: round(v) for k, v in case.items() if k.endswith("per_s")}
+    print(f"{revive_queues} revive queues, {total_records} records: {shown}", flush=True)
+    return case
+
+
+def _bench(args: argparse.Namespace) -> dict[str, Any]:
+    from popfleet_audit import session  # noqa: PLC0415 - Spark only in the measuring process
+
+    spark = session.build("local[2]", app_name="bench-audit-throughput")
+    try:
+        with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
+            headline = _case(spark, Path(tmp), max(args.queues), args.records, args.repeats)
+            scaling = {
+                str(n): _case(spark, Path(tmp), n, args.scaling_records, args.repeats)
+                for n in args.queues
+            }
+    finally:
+        spark.stop()
+    base = scaling[str(args.queues[0])]
+    for case in scaling.values():
+        for kind in ("scan", "scan_join"):
+            case[f"{kind}_speedup_vs_{args.queues[0]}_queue"] = (
+                case[f"{kind}_records_per_s"] / base[f"{kind}_records_per_s"]
+            )
+    return {"headline": headline, "scaling_by_revive_queues": scaling}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command")
+    serve = sub.add_parser("serve", help="(internal) serve a generated store's admin API")
+    serve.add_argument("--data-dir", type=Path, required=True)
+    serve.add_argument("--revive-queues", type=int, required=True)
+    serve.add_argument("--port-file", type=Path, required=True)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument(
+        "--queues", type=lambda s: [int(p) for p in s.split(",")], default=[1, 2, 4, 8]
+    )
+    parser.add_argument("--scaling-records", type=int, default=200_000)
+    parser.add_argument("--repeats", type=int, default=1)
+    args = parser.parse_args()
+    if args.command == "serve":
+        asyncio.run(_serve(args.data_dir, args.revive_queues, args.port_file))
+        return
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    results = _bench(args)
+    path = common.write(
+        "audit_throughput",
+        {
+            "records": args.records,
+            "scaling_records": args.scaling_records,
+            "master": "local[2]",
+            "repeats": args.repeats,
+            **results,
+        },
+    )
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
