@@ -12,8 +12,8 @@ of the image's ENTRYPOINT and CMD, with Docker/Kubernetes semantics:
 
 ``{python}`` is the interpreter running the kubelet (the repo's ``.venv/bin/python``) and
 ``{bin}`` its directory, so our images run our packages from the repo's venv. Entries for
-packages that are not installed yet (operator, audit) simply fail to start with a clear
-message in the container's log and status.
+packages that are not installed yet simply fail to start with a clear message in the
+container's log and status.
 
 Extra entries can be supplied without code changes through ``POPFLEET_TESTBED_IMAGES``, a JSON
 object ``{"repo/name": {"entrypoint": [...], "cmd": [...]}}`` read by the kubelet at start.
@@ -49,8 +49,9 @@ TABLE: dict[str, Image] = {
         ("{python}", "-m", "popfleet_operator"), doc="the kopf operator package"
     ),
     "popfleet/audit": Image(
-        ("{bin}/spark-submit",),
-        doc="PySpark audit jobs: spark-submit from the venv's pyspark, args name the job",
+        ("{bin}/popfleet-audit",),
+        doc="the audit CLI (spark_operator_jobs); the operator's audit Jobs set their command "
+        "(popfleet-audit, or spark-submit for a k8s:// master), found in the venv's bin",
     ),
     "popfleet/testbed-probe": Image(
         ("{python}", "-m", "popfleet_testbed.testimage"),

@@ -297,20 +297,23 @@ class Kubelet:
 
     def _start(self, pr: runtime.PodRun, cr: runtime.ContainerRun, now: float) -> None:
         try:
+            base = self._base_env(pr)
             env = podenv.container_env(
                 pr.pod,
                 cr.spec,
                 sources=self.sources,
                 pod_ip=pr.ip,
                 api_port=self.info.api_port,
-                base=self._base_env(pr),
+                base=base,
             )
             mounts = volumes.mounts(cr.spec, pr.vols)
             root = pr.pod_dir / "root"
             root.mkdir(parents=True, exist_ok=True)
             volumes.link_mounts(root, mounts)
             rewrite = volumes.rewriter(mounts)
-            env = {k: rewrite(v) for k, v in env.items()}
+            # The testbed's own variables (KUBECONFIG, HOME, ...) are host paths already: a run
+            # directory under /tmp must not be rewritten into a pod's /tmp emptyDir.
+            env = {k: v if base.get(k) == v else rewrite(v) for k, v in env.items()}
             # Rewrite only the words of the pod spec: the image table's entry point is a host
             # path (e.g. <repo>/.venv/bin/popbroker) that may itself lie under a mount path
             # such as /tmp when the repository is checked out there.
