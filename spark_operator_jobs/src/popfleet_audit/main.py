@@ -21,6 +21,12 @@ import asyncio
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+if __name__ == "__main__" and sys.path and Path(sys.path[0]).resolve() == Path(__file__).parent:
+    # Run as a file (spark-submit .../main.py): this directory is sys.path[0], which would make
+    # every module of the package importable under a bare name (config, metrics, session...).
+    del sys.path[0]
 
 from popfleet_audit import config as configuration
 
