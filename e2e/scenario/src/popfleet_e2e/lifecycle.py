@@ -4,10 +4,11 @@
 * upgrade: a copy of the chart with a bumped version and one new optional field in the
   ConsumerGroup CRD (``spec.note``); the upgraded CRD must serve the field (a CR keeps it,
   where the old schema would prune it) and the operator must keep the group applied.
-* uninstall: delete the story's resources with the operator still running (finalizers honour
-  ``deletionPolicy``), then ``helm uninstall``; nothing may be left but what the chart keeps on
-  purpose: the CRDs (``crds.keep``, so users' resources survive) and the brokers' volume
-  claims (the StatefulSet's ``whenDeleted: Retain``). ``remove_kept`` deletes those too.
+* uninstall: ``helm uninstall`` with the story's resources still there (the chart's pre-delete
+  hook deletes them while the operator runs, so finalizers honour ``deletionPolicy``); nothing
+  may be left but what the chart keeps on purpose: the CRDs (``crds.keep``, so users'
+  resources survive) and the brokers' volume claims (the StatefulSet's ``whenDeleted:
+  Retain``). ``remove_kept`` deletes those too.
 """
 
 from __future__ import annotations
@@ -128,12 +129,15 @@ def _kept_claims(access: ClusterAccess) -> list[str]:
 
 
 def uninstall_leaves_nothing(access: ClusterAccess) -> str:
-    """Delete the story's resources, ``helm uninstall``; only the kept CRDs and claims remain."""
-    access.kubectl(
-        "delete", "consumergroups,topics,brokerclusters", "--all", "-n", access.namespace,
-        "--timeout=180s", timeout_s=200,
+    """``helm uninstall`` with the story's resources in place; only kept CRDs and claims remain.
+
+    The chart's pre-delete hook deletes the BrokerClusters, Topics and ConsumerGroups and waits
+    for the still-running operator to finalize them (deletion policies honoured).
+    """
+    access.helm(
+        "uninstall", access.release, "-n", access.release_namespace, "--wait", "--timeout",
+        "300s", timeout_s=330,
     )  # fmt: skip
-    access.helm("uninstall", access.release, "-n", access.release_namespace, "--wait")
     last: list[list[str]] = [[]]
 
     def clean() -> bool:

@@ -68,16 +68,19 @@ SETUP: tuple[Step, ...] = (
     Step("the hung consumer's backlog drains", steps.backlog_drains),
 )
 
-# Audits: a Spark run takes minutes on a small machine, so the schedule is enabled before the
-# broker pod is deleted and the run overlaps that step and the wait for revived messages.
-ENABLE_AUDITS = Step("enable audits every minute (Job backend, spark-submit)", _enable_audits)
+# Audits: a Spark run takes a minute or more on a small machine, so the schedule is enabled
+# before the traffic starts and the first run overlaps the traffic steps.
+ENABLE_AUDITS = Step("enable audits every minute (Job backend, PySpark)", _enable_audits)
 AUDIT_RAN = Step("an audit ran on schedule and wrote the group's findings", _audit_ran)
 
 FULL: tuple[Step, ...] = (
-    *SETUP,
+    *SETUP[:3],
+    ENABLE_AUDITS,
+    *SETUP[3:],
+    AUDIT_RAN,
+    Step("kubectl get cg shows MODE, LAG, BACKLOG", steps.columns_show_mode_lag_backlog),
     Step("delete a broker pod mid-traffic", steps.broker_pod_deleted_mid_traffic),
     Step("no acknowledged message lost", steps.nothing_acknowledged_is_lost),
-    Step("kubectl get cg shows MODE, LAG, BACKLOG", steps.columns_show_mode_lag_backlog),
     Step("helm upgrade: new chart version with a CRD change", _upgrade),
     Step("operator and broker logs: no unexpected errors", _logs_clean),
     Step("helm uninstall leaves nothing behind", _uninstall),
