@@ -12,6 +12,7 @@ from popbroker.services import errors
 from popbroker.services.longpolling import LongPolling
 from popbroker.services.messages import MessageKind, OutgoingMessage
 from popbroker.services.popack import PopackServices
+from popbroker.services.popattempt import PopOutcome, PopRequest
 from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.routing import Endpoint
 from tests.unit.services.conftest import GROUP, TOPIC, Broker
@@ -105,3 +106,18 @@ async def test_an_arrival_wakes_the_pollers_of_its_queue_not_another_queue() -> 
         assert [on_queue_1.woken, on_queue_3.woken, on_all.woken] == [False, True, True]
         assert polling.notify_arrival("%RETRY%g+t", 0) == 1  # the only key left un-woken
         assert on_queue_1.woken
+
+
+async def test_an_empty_poll_that_nobody_woke_pops_once(broker: Broker) -> None:
+    popper = broker.popack.popper
+    attempts = 0
+    pop = popper.pop
+
+    async def counted(request: PopRequest) -> PopOutcome:
+        nonlocal attempts
+        attempts += 1
+        return await pop(request)
+
+    popper.pop = counted  # type: ignore[method-assign]
+    assert await broker.popack.receiver.receive(_request(50)) == ()
+    assert attempts == 1  # no last round of reads after the budget ran out

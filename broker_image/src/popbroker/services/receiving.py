@@ -17,6 +17,10 @@ Steps:
   4. Register a long-polling waiter (bounded: ``TOO_MANY_REQUESTS`` when full),
      then attempt a pop; while it is empty and budget remains, wait for a
      wake-up (or for a blocked FIFO queue's unblock time) and attempt again.
+     A wait that ends with the budget and no wake-up answers at once: the
+     waiter was registered before the first attempt, so nothing arrived that
+     an attempt could find, and a last round of store reads at the end of the
+     budget would only eat into the margin before the client's deadline.
   5. A non-empty answer that saw more messages behind it wakes the next
      parked receive of the same key.
   6. A push consumer's receive carries ``still_assigned`` (see
@@ -126,7 +130,9 @@ class Receiver:
                 if outcome.retry_at_ms is not None:
                     until_unblock_s = (outcome.retry_at_ms - self._popper.now_ms()) / 1000
                     remaining_s = min(remaining_s, max(until_unblock_s, 0.005))
-                await waiter.wait(remaining_s)
+                woken = await waiter.wait(remaining_s)
+                if not woken and deadline - loop.time() <= 0:
+                    break  # budget spent and nothing arrived: answer now, no last attempt
                 if not await _still_assigned(request):
                     unassigned = True
                     break
