@@ -26,7 +26,7 @@ import dataclasses
 import datetime
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -166,10 +166,11 @@ async def start_due(
     return plan, run.name
 
 
+Compute = Callable[[Mapping[str, Any]], tuple[dict[str, Any], c.Condition]]
+
+
 async def write_status(
-    kube: kube_client.Kube,
-    ref: specs.ObjectRef,
-    compute: Any,
+    kube: kube_client.Kube, ref: specs.ObjectRef, compute: Compute
 ) -> Mapping[str, Any] | None:
     """Patch ``status.audit`` and ``AuditHealthy`` against the latest object.
 
