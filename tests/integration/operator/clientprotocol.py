@@ -21,12 +21,17 @@ from typing import Any, TypeVar
 import grpc
 
 from popbroker.grpc.protocol import Code, MessagingServiceStub, definition, service
-from popfleet_testbed import waiting
+from popfleet_testbed import cluster, waiting
 
 CLIENT_PORT = 8081
 CLIENT_ID_HEADER = "x-mq-client-id"
 DEADLINE_S = 10.0
 T = TypeVar("T")
+
+
+def endpoint(pod: dict[str, Any]) -> str:
+    """A broker pod's client endpoint (its loopback pod IP in the testbed)."""
+    return f"{cluster.Cluster.pod_ip(pod)}:{CLIENT_PORT}"
 
 
 def _run(endpoint: str, call: Callable[[Any], Awaitable[T]]) -> T:

@@ -69,6 +69,38 @@ def unexpected_errors(log: str) -> list[str]:
     return bad
 
 
+def brokers_cr(name: str, replicas: int) -> Obj:
+    return {
+        "apiVersion": "popfleet.io/v1alpha1",
+        "kind": "BrokerCluster",
+        "metadata": {"name": name},
+        "spec": {"brokers": replicas, "storage": {"size": "64Mi"}},
+    }
+
+
+def topic_cr(name: str, cluster_name: str, *, queues: int = 4, policy: str = "Retain") -> Obj:
+    return {
+        "apiVersion": "popfleet.io/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": name},
+        "spec": {"clusterRef": {"name": cluster_name}, "queues": queues, "deletionPolicy": policy},
+    }
+
+
+def group_cr(name: str, cluster_name: str, topic: str, *, policy: str = "Retain") -> Obj:
+    return {
+        "apiVersion": "popfleet.io/v1alpha1",
+        "kind": "ConsumerGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": {"name": cluster_name},
+            "topics": [{"name": topic}],
+            "consumeMode": "PULL",
+            "deletionPolicy": policy,
+        },
+    }
+
+
 def path(namespace: str, plural: str, name: str = "") -> str:
     return kube.ns_path(namespace, plural, name, group="popfleet.io/v1alpha1")
 

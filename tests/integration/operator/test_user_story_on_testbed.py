@@ -29,35 +29,15 @@ CLUSTER = "demo"
 
 
 def brokers_cr(replicas: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "popfleet.io/v1alpha1",
-        "kind": "BrokerCluster",
-        "metadata": {"name": CLUSTER},
-        "spec": {"brokers": replicas, "storage": {"size": "64Mi"}},
-    }
+    return story.brokers_cr(CLUSTER, replicas)
 
 
 def topic_cr(name: str, *, policy: str = "Retain") -> dict[str, Any]:
-    return {
-        "apiVersion": "popfleet.io/v1alpha1",
-        "kind": "Topic",
-        "metadata": {"name": name},
-        "spec": {"clusterRef": {"name": CLUSTER}, "queues": 4, "deletionPolicy": policy},
-    }
+    return story.topic_cr(name, CLUSTER, policy=policy)
 
 
 def group_cr(name: str, topic: str, *, policy: str = "Retain") -> dict[str, Any]:
-    return {
-        "apiVersion": "popfleet.io/v1alpha1",
-        "kind": "ConsumerGroup",
-        "metadata": {"name": name},
-        "spec": {
-            "clusterRef": {"name": CLUSTER},
-            "topics": [{"name": topic}],
-            "consumeMode": "PULL",
-            "deletionPolicy": policy,
-        },
-    }
+    return story.group_cr(name, CLUSTER, topic, policy=policy)
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +53,6 @@ def modes(pod: dict[str, Any], group: str = "billing") -> list[tuple[str, str, i
     return [(s.topic, s.mode.value, s.pop_share_queue_num, s.explicitly_set) for s in settings]
 
 
-def client_endpoint(pod: dict[str, Any]) -> str:
-    return f"{cluster.Cluster.pod_ip(pod)}:{clientprotocol.CLIENT_PORT}"
-
-
 CONSUMERS = ("story-consumer-a", "story-consumer-b")
 
 
@@ -84,7 +60,7 @@ def assignments(pods: list[dict[str, Any]]) -> list[dict[str, list[tuple[str, in
     """Per broker: what it assigns each of two heartbeating push consumers of billing/orders."""
     answers = []
     for pod in pods:
-        endpoint = client_endpoint(pod)
+        endpoint = clientprotocol.endpoint(pod)
         for client_id in CONSUMERS:
             clientprotocol.heartbeat(endpoint, group="billing", client_id=client_id)
         answers.append(
@@ -270,7 +246,7 @@ def test_scale_down_waits_while_the_leaving_broker_holds_messages(
     popfleet_release: cluster.Cluster, ns: str
 ) -> None:
     leaving = story.broker_pods(popfleet_release, ns, CLUSTER)[3]
-    clientprotocol.send(client_endpoint(leaving), topic="orders", count=BACKLOG)
+    clientprotocol.send(clientprotocol.endpoint(leaving), topic="orders", count=BACKLOG)
     story.patch_spec(popfleet_release, ns, "brokerclusters", CLUSTER, {"brokers": 3})
     bc = story.wait_condition(
         popfleet_release, ns, "brokerclusters", CLUSTER, "Reconciling", reason="ScaleDownBlocked"
@@ -292,7 +268,7 @@ def test_scale_down_goes_ahead_once_the_messages_are_consumed(
     popfleet_release: cluster.Cluster, ns: str
 ) -> None:
     leaving = story.broker_pods(popfleet_release, ns, CLUSTER)[3]
-    endpoint = client_endpoint(leaving)
+    endpoint = clientprotocol.endpoint(leaving)
     acked = clientprotocol.consume(endpoint, group="billing", topic="orders", count=BACKLOG)
     assert acked == BACKLOG
     three = ["demo-0", "demo-1", "demo-2"]
@@ -408,7 +384,7 @@ def test_deletion_retain_keeps_and_delete_removes(
     pod = story.broker_pods(popfleet_release, ns, CLUSTER)[0]
 
     # Delete waits while the group has messages to consume, and says where.
-    clientprotocol.send(client_endpoint(pod), topic="audit-log", count=3)
+    clientprotocol.send(clientprotocol.endpoint(pod), topic="audit-log", count=3)
     popfleet_release.kubectl("delete", "consumergroup", "auditors", "-n", ns, "--wait=false")
     blocked = story.wait_condition(
         popfleet_release, ns, "consumergroups", "auditors", "Ready", status="False",
@@ -416,7 +392,8 @@ def test_deletion_retain_keeps_and_delete_removes(
     )  # fmt: skip
     assert "demo-0: 3 messages" in story.condition(blocked, "Ready")["message"]
     assert "auditors" in [g.name for g in story.on_broker(pod, lambda admin: admin.groups())]
-    clientprotocol.consume(client_endpoint(pod), group="auditors", topic="audit-log", count=3)
+    endpoint = clientprotocol.endpoint(pod)
+    clientprotocol.consume(endpoint, group="auditors", topic="audit-log", count=3)
     waiting.until(
         lambda: story.get(popfleet_release, ns, "consumergroups", "auditors") is None,
         timeout_s=60,

@@ -35,35 +35,11 @@ CHILDREN = (  # (API group/version, plural) of what the operator creates for a B
 
 
 def manifests() -> list[dict[str, Any]]:
-    ref = {"name": CLUSTER}
-
-    def topic(name: str, policy: str) -> dict[str, Any]:
-        return {
-            "apiVersion": GROUP_API,
-            "kind": "Topic",
-            "metadata": {"name": name},
-            "spec": {"clusterRef": ref, "queues": 2, "deletionPolicy": policy},
-        }
-
     return [
-        {
-            "apiVersion": GROUP_API,
-            "kind": "BrokerCluster",
-            "metadata": {"name": CLUSTER},
-            "spec": {"brokers": 1, "storage": {"size": "64Mi"}},
-        },
-        topic("kept", "Retain"),
-        topic("dropped", "Delete"),
-        {
-            "apiVersion": GROUP_API,
-            "kind": "ConsumerGroup",
-            "metadata": {"name": "auditors"},
-            "spec": {
-                "clusterRef": ref,
-                "topics": [{"name": "dropped"}],
-                "deletionPolicy": "Delete",
-            },
-        },
+        story.brokers_cr(CLUSTER, 1),
+        story.topic_cr("kept", CLUSTER, queues=2),
+        story.topic_cr("dropped", CLUSTER, queues=2, policy="Delete"),
+        story.group_cr("auditors", CLUSTER, "dropped", policy="Delete"),
     ]
 
 
@@ -94,7 +70,7 @@ def uninstall(tb: cluster.Cluster) -> str:
 
 def broker_endpoint(tb: cluster.Cluster, namespace: str) -> str:
     (pod,) = story.broker_pods(tb, namespace, CLUSTER)
-    return f"{cluster.Cluster.pod_ip(pod)}:{clientprotocol.CLIENT_PORT}"
+    return clientprotocol.endpoint(pod)
 
 
 @pytest.mark.timeout(600)
