@@ -5,7 +5,8 @@ ConsumerGroup (PULL) → traffic with the official client, one PushConsumer hung
 consumer stalls its PULL queues → ``kubectl patch`` the group to POP → ``ModeApplied`` on every
 broker (read back from each) → the stalled backlog drains → ``kubectl get cg`` columns → a
 broker pod deleted mid-traffic comes back with its modes → no acknowledged message lost.
-Chart install, upgrade and uninstall are in ``lifecycle``; the log check in ``logs``.
+Chart install, upgrade and uninstall are in ``lifecycle``, the audit in ``auditing``, the log
+check in ``logs``.
 """
 
 from __future__ import annotations
