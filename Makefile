@@ -53,7 +53,7 @@ bench: $(STAMP) peer-servers ## run the benchmarks; JSON lands in bench/results/
 	$(PY) -m pip install --quiet -r requirements/bench.txt
 	$(PY) -m bench.run
 
-demo: $(STAMP) testbed-bin ## the user story live on a local testbed until Ctrl-C (README); demo-down stops it
+demo: $(STAMP) testbed-bin java ## the user story live on a local testbed until Ctrl-C (README); demo-down stops it
 	@$(VENV)/bin/popfleet-demo up --run-dir $(DEMO_DIR)
 
 clean: ## remove the venv and caches

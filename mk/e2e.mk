@@ -6,7 +6,7 @@ E2E_PYTEST_ARGS ?=
 
 .PHONY: test-e2e-local lint-e2e
 
-test-e2e-local: $(STAMP) testbed-bin ## the end-to-end story on its own testbed (e2e/local, ~5 min)
+test-e2e-local: $(STAMP) testbed-bin java ## the end-to-end story on its own testbed (e2e/local, 4-7 min)
 	$(PY) -m pytest e2e/local $(E2E_PYTEST_ARGS)
 
 lint: lint-e2e
