@@ -214,6 +214,7 @@ def test_with_the_spark_operator_crd_auto_creates_a_spark_application(
     popfleet_release: cluster.Cluster, ns: str
 ) -> None:
     tb = popfleet_release
+    set_audit(tb, ns, {"enabled": True, "schedule": "0 0 1 1 *", "backend": "auto"})
     crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
     tb.admin.create(crds, spark_crd())
     group = "sparkoperator.k8s.io/v1beta2"
@@ -235,6 +236,13 @@ def test_with_the_spark_operator_crd_auto_creates_a_spark_application(
         assert spec["mainApplicationFile"].endswith("main.py") and spec["arguments"][0] == "all"
         assert spec["driver"]["serviceAccount"] == f"{CLUSTER}-audit"
         assert spec["executor"]["labels"]["popfleet.io/role"] == "audit"
+        # The driver's pod rights: the chart's ClusterRole, bound by the operator (bind only).
+        path = kube.ns_path(
+            ns, "rolebindings", f"{CLUSTER}-audit-spark", group="rbac.authorization.k8s.io/v1"
+        )
+        role_ref = tb.admin.get(path)["roleRef"]
+        assert role_ref["kind"] == "ClusterRole"
+        assert role_ref["name"].endswith("-audit-spark-driver")
         status = waiting.until(
             lambda: ((s := audit_status(tb, ns)).get("lastRunNow") == "spark-1" and s) or None,
             timeout_s=30,
