@@ -187,6 +187,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     run_dir = args.run_dir.resolve()
     try:
         return up(run_dir, every_s=args.every_s) if args.cmd == "up" else down(run_dir)
+    except KeyboardInterrupt:  # Ctrl-C before the traffic loop (which handles it itself)
+        say(f"popfleet-demo {args.cmd}: interrupted; `make demo-down` stops what is left")
+        return 130
     except (ScenarioError, errors.TestbedError) as exc:
         say(f"popfleet-demo {args.cmd} failed: {exc}")
         if args.cmd == "up":
