@@ -19,7 +19,7 @@ export PYTHONDONTWRITEBYTECODE := 1
 .PHONY: help setup lint fmt test test-unit test-integration bench demo clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | sort | \
+	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | sort | \
 	  awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2}'
 
 $(STAMP): requirements/dev.txt $(foreach p,$(PKGS),$(p)/pyproject.toml)
