@@ -22,6 +22,10 @@ from popfleet_api.client import BrokerAdmin
 T = TypeVar("T")
 ScanRow = tuple[object, ...]
 _PAGE_SIZE = 1024
+# GetReviveStats replays the newest records of every revive queue on the broker: on a big
+# log and a busy broker it takes far longer than the client's 10 s default.
+UNARY_TIMEOUT_S = 120.0
+SCAN_TIMEOUT_S = 3_600.0  # one revive queue of a big log, read a page at a time
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +47,7 @@ def run_with_admin(
     """Open a client for ``broker`` in a fresh loop, run ``work`` with it, close both."""
 
     async def _run() -> T:
-        async with BrokerAdmin(broker, token=token) as admin:
+        async with BrokerAdmin(broker, token=token, timeout_s=UNARY_TIMEOUT_S) as admin:
             return await work(admin)
 
     return asyncio.run(_run())
@@ -80,7 +84,9 @@ def _drive(
     loop = asyncio.new_event_loop()
 
     async def _open() -> BrokerAdmin:
-        return BrokerAdmin(broker, token=token)
+        return BrokerAdmin(
+            broker, token=token, timeout_s=UNARY_TIMEOUT_S, scan_timeout_s=SCAN_TIMEOUT_S
+        )
 
     admin = loop.run_until_complete(_open())
     iterator = pages(admin).__aiter__()  # type: ignore[attr-defined]
