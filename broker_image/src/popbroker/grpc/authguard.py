@@ -89,6 +89,12 @@ def _refused(handler: Any, rpc: str, exc: AuthError) -> Any:
 
     def streaming(_behaviour: handlers.Streaming) -> handlers.Streaming:
         async def refuse(request: Any, context: Any) -> AsyncIterator[Any]:
+            if rpc == "Telemetry":
+                # Bidi: take the client's first command before answering, so the stream
+                # never ends under a client still writing it (its write would then fail
+                # with INTERNAL instead of reading UNAUTHORIZED).
+                async for _command in request:
+                    break
             yield _refusal(rpc, exc)
 
         return refuse
