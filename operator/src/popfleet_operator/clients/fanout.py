@@ -125,9 +125,16 @@ async def sync_topic(admins: Admins, spec: TopicSpec) -> list[BrokerOutcome]:
 
 
 async def delete_topic(admins: Admins, name: str) -> dict[str, str]:
+    """Per broker name: "" once the topic is gone (already gone counts), else the error."""
+    return await _delete_each(admins, lambda admin: admin.delete_topic(name))
+
+
+async def _delete_each(
+    admins: Admins, delete: Callable[[BrokerAdminApi], Awaitable[object]]
+) -> dict[str, str]:
     async def one(_: str, admin: BrokerAdminApi) -> str:
         try:
-            await admin.delete_topic(name)
+            await delete(admin)
         except admin_errors.NotFound:
             pass
         except admin_errors.AdminError as exc:
@@ -202,16 +209,8 @@ async def sync_group(admins: Admins, spec: GroupSpec) -> list[BrokerOutcome]:
 
 
 async def delete_group(admins: Admins, name: str) -> dict[str, str]:
-    async def one(_: str, admin: BrokerAdminApi) -> str:
-        try:
-            await admin.delete_group(name)
-        except admin_errors.NotFound:
-            pass
-        except admin_errors.AdminError as exc:
-            return str(exc)
-        return ""
-
-    return dict(zip(sorted(admins), await _each(admins, one), strict=True))
+    """Per broker name: "" once the group is gone (already gone counts), else the error."""
+    return await _delete_each(admins, lambda admin: admin.delete_group(name))
 
 
 # ---------------------------------------------------------------- backlog
