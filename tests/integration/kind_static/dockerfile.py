@@ -64,8 +64,34 @@ def instructions(path: Path) -> list[Instruction]:
     return out
 
 
+def global_args(steps: list[Instruction]) -> dict[str, str]:
+    """``ARG NAME=default`` before the first ``FROM`` (what a ``FROM ${NAME}`` resolves to)."""
+    defaults = {}
+    for step in steps:
+        if step.stage >= 0:
+            break
+        if step.keyword == "ARG":
+            name, sep, default = step.args.partition("=")
+            assert sep, f"ARG {name} before FROM has no default: the upstream build needs one"
+            defaults[name.strip()] = default.strip()
+    return defaults
+
+
+def from_images(steps: list[Instruction]) -> list[str]:
+    """The image reference of every ``FROM``, as written (``${BASE}`` unresolved)."""
+    refs = []
+    for step in steps:
+        if step.keyword == "FROM":
+            match = FROM.match(step.args)
+            assert match, f"unreadable FROM {step.args!r}"
+            refs.append(match["image"])
+    return refs
+
+
 def base_images(steps: list[Instruction]) -> list[BaseImage]:
-    """External bases of every stage (``FROM <earlier stage>`` is not one)."""
+    """External bases of every stage (``FROM <earlier stage>`` is not one), with ``${ARG}``
+    resolved to the default the Dockerfile declares (the upstream pin)."""
+    args = global_args(steps)
     aliases: set[str] = set()
     bases = []
     for step in steps:
@@ -73,7 +99,7 @@ def base_images(steps: list[Instruction]) -> list[BaseImage]:
             continue
         match = FROM.match(step.args)
         assert match, f"unreadable FROM {step.args!r}"
-        image = match["image"]
+        image = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda m: args[m[1] or m[2]], match["image"])
         if image not in aliases:
             parsed = IMAGE.match(image)
             assert parsed, f"unreadable image reference {image!r}"

@@ -48,6 +48,17 @@ def test_hadolint_finds_nothing() -> None:
 
 
 @pytest.mark.parametrize("path", ALL, ids=lambda p: p.parent.name)
+def test_every_stage_takes_its_base_from_the_build_argument(path: Path) -> None:
+    """`make e2e-kind` without a registry passes ``--build-arg BASE=<a local stand-in>``;
+    a stage with its own hard-coded external base would be pulled and fail there."""
+    steps_ = steps(path)
+    assert "BASE" in dockerfile.global_args(steps_), f"{path}: no ARG BASE=<upstream pin>"
+    aliases = {s.args.split()[-1] for s in steps_ if s.keyword == "FROM" and " AS " in s.args}
+    external = [ref for ref in dockerfile.from_images(steps_) if ref not in aliases]
+    assert external and all(ref == "${BASE}" for ref in external), external
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.parent.name)
 def test_bases_are_pinned_to_exact_versions(path: Path) -> None:
     bases = dockerfile.base_images(steps(path))
     assert bases
