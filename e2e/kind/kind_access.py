@@ -23,8 +23,9 @@ import argparse
 import importlib
 import ipaddress
 import json
+import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bin-dir", type=Path, required=True, help="kubectl and helm")
     parser.add_argument("--values", type=Path, default=KIND_DIR / "values" / "kind.yaml")
     parser.add_argument("--namespace", help=f"default: a watched one, else {DEFAULT_NAMESPACE}")
+    parser.add_argument("--node", required=True, help="the kind node's container (docker exec)")
+    parser.add_argument("--next-broker-image", required=True, help="loaded, for the upgrade step")
     args = parser.parse_args(argv)
     try:
         namespace = story_namespace(args.values, args.namespace)
@@ -139,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         resolve=pod_network_resolver(subnet),
         bin_dir=args.bin_dir,
         helm_values=sets,
+        node_exec=node_runner(args.node),
+        next_broker_image=args.next_broker_image,
     )
     image = (yaml.safe_load(args.values.read_text()) or {})["image"]
     tunnel = tunnels.Tunnel(args.bin_dir / "kubectl", args.kubeconfig)
@@ -156,6 +161,22 @@ def main(argv: list[str] | None = None) -> int:
         tunnel.close()
 
 
+def node_runner(container: str) -> Callable[[Sequence[str]], str]:
+    """``docker exec`` on the kind node: root in the node, whose PID namespace holds the pods'."""
+    from popfleet_e2e.access import ScenarioError  # noqa: PLC0415 - only for a real run
+
+    def run(command: Sequence[str]) -> str:
+        done = subprocess.run(
+            ["docker", "exec", container, *command],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise ScenarioError(f"on {container}: {' '.join(command)}: {done.stderr.strip()}")
+        return done.stdout
+
+    return run
+
+
 def run_scenario(access: Any) -> int:
     """Run the shared scenario (the same code e2e/local runs) against ``access``; exit code.
 
@@ -168,7 +189,7 @@ def run_scenario(access: Any) -> int:
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": access.namespace}}
     access.kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
     try:
-        timings = scenario.run(access)
+        timings = scenario.run(access, chosen=scenario.KIND)
     except ScenarioError as exc:
         print(f"e2e-kind: FAILED: {exc}", file=sys.stderr)
         return 1

@@ -1,15 +1,25 @@
 #!/usr/bin/env bash
-# The e2e scenario on a kind cluster (`make e2e-kind`; needs Docker).
+# The e2e scenario on a real kind cluster (`make e2e-kind`), from an empty machine to a deleted
+# cluster. One progress line per stage with its duration.
 #
-#   e2e/kind/run.sh [--values FILE] [--keep]
+#   e2e/kind/run.sh [--values FILE] [--keep] [--images auto|upstream|offline]
 #
-# 1. create the kind cluster of kind-config.yaml (pinned node image), unless it exists;
-# 2. build the broker, operator and audit images from this tree with docker and `kind load`
-#    them, under the names the chart and CRDs default to (ghcr.io/popfleet/<x>:<appVersion>);
-# 3. run the shared scenario (popfleet_e2e, the code e2e/local runs) with the chart values
-#    of --values (default values/kind.yaml) through e2e/kind/kind_access.py, which reaches
-#    broker pods through a CONNECT proxy pod (proxy_tunnel.py);
-# 4. delete the cluster, unless --keep.
+#  1. engine     a Docker engine that answers; else Debian's docker.io installed and dockerd
+#                started (offline/start-dockerd.sh; the capability filter only where needed);
+#  2. images     upstream (pinned python/apache-spark bases, kindest/node) when the registry
+#                answers a pull of the pinned Python base; else offline: every base and the
+#                node image built here from Debian, PyPI and the Go module proxy, cached
+#                (offline/prepare.sh). --images or POPFLEET_KIND_IMAGES forces one;
+#  3. routes     `unreachable` routes for the pod and service networks, before any cluster
+#                exists (host-routes.sh): a host dial of a pod address never leaves the machine;
+#  4. cluster    kind cluster from kind-config.yaml (an existing one of that name is reused);
+#  5. build      broker, operator and audit images from this tree (--build-arg BASE=...),
+#                `kind load`ed under the names the chart and CRDs default to;
+#  6. smoke      every image's entry point on a read-only root, a random non-root UID and
+#                HOME=/nonexistent, answering health (smoke_images.py);
+#  7. scenario   the shared story (popfleet_e2e) plus the kind-only steps, via kind_access.py
+#                (the host reaches pods only through a CONNECT proxy pod behind a port-forward);
+#  8. cluster deleted, unless --keep.
 #
 # Environment: KIND (kind binary), BIN_DIR (kubectl and helm), PY (python with popfleet_e2e),
 # all set by mk/kind.mk; KIND_CLUSTER (default popfleet-e2e).
@@ -19,14 +29,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 values="$here/values/kind.yaml"
 keep=0
+mode=${POPFLEET_KIND_IMAGES:-auto}
 while [ $# -gt 0 ]; do
   case "$1" in
     --values) values=$2; shift 2 ;;
     --keep) keep=1; shift ;;
-    -h|--help) sed -n '2,15p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --images) mode=$2; shift 2 ;;
+    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+case "$mode" in auto|upstream|offline) ;; *) echo "run.sh: --images auto|upstream|offline" >&2; exit 2 ;; esac
 
 : "${KIND:?KIND must name the kind binary (make e2e-kind sets it)}"
 : "${BIN_DIR:?BIN_DIR must hold kubectl and helm (make e2e-kind sets it)}"
@@ -35,45 +48,98 @@ cluster=${KIND_CLUSTER:-popfleet-e2e}
 work=$(mktemp -d)
 kubeconfig="$work/kubeconfig"
 version=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$repo/charts/popfleet/Chart.yaml")
-
-say() { printf '\n== e2e-kind: %s\n' "$*"; }
-
-docker info >/dev/null 2>&1 || { echo "e2e-kind needs a running Docker engine" >&2; exit 1; }
 if [ -z "$version" ]; then
   echo "cannot read appVersion from charts/popfleet/Chart.yaml" >&2; exit 1
 fi
+subnet() { sed -n "s/^ *$1: *\([0-9./]*\) *$/\1/p" "$here/kind-config.yaml"; }
+pod_cidr=$(subnet podSubnet)
+service_cidr=$(subnet serviceSubnet)
+started=$SECONDS
+
+stage_start=0
+stage_name=""
+begin() { stage_name=$1; stage_start=$SECONDS; printf '== e2e-kind: %s ...\n' "$1"; }
+done_() { printf '== e2e-kind: %-9s ok in %ss%s\n' "$stage_name" "$(( SECONDS - stage_start ))" "${1:+ ($1)}"; }
 
 cleanup() {
   rc=$?
   if [ "$keep" -eq 0 ]; then
-    say "deleting cluster $cluster"
-    "$KIND" delete cluster --name "$cluster" || true
+    begin delete
+    "$KIND" delete cluster --name "$cluster" >/dev/null 2>&1 || true
+    done_
+    rm -rf "$work"
   else
-    say "kept: export KUBECONFIG=$kubeconfig"
+    printf '== e2e-kind: kept: export KUBECONFIG=%s\n' "$kubeconfig"
   fi
-  [ "$keep" -eq 1 ] || rm -rf "$work"
+  printf '== e2e-kind: %s in %ss\n' "$([ "$rc" -eq 0 ] && echo passed || echo FAILED)" "$(( SECONDS - started ))"
   exit "$rc"
 }
 trap cleanup EXIT
 
-if "$KIND" get clusters | grep -qx "$cluster"; then
-  say "reusing cluster $cluster"
-  "$KIND" export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig"
+begin engine
+"$here/offline/start-dockerd.sh"
+done_
+
+begin images
+python_pin=$(sed -n 's/^ARG BASE=\(python:.*\)$/\1/p' "$repo/broker_image/Dockerfile")
+if [ "$mode" = auto ]; then
+  if docker image inspect "$python_pin" >/dev/null 2>&1 \
+     || timeout 120 docker pull -q "$python_pin" >/dev/null 2>&1; then
+    mode=upstream
+  else
+    mode=offline
+  fi
+fi
+python_base=$python_pin
+spark_base=$(sed -n 's/^ARG BASE=\(.*\)$/\1/p' "$repo/spark_operator_jobs/Dockerfile")
+node_image=""
+if [ "$mode" = offline ]; then
+  prepared=$("$here/offline/prepare.sh")
+  python_base=$(sed -n 's/^PYTHON_BASE=//p' <<<"$prepared")
+  spark_base=$(sed -n 's/^SPARK_BASE=//p' <<<"$prepared")
+  node_image=$(sed -n 's/^NODE_IMAGE=//p' <<<"$prepared")
+fi
+done_ "$mode: ${node_image:-the node image pinned in kind-config.yaml}"
+
+begin routes
+"$here/host-routes.sh" "$pod_cidr" "$service_cidr"
+done_ "unreachable $pod_cidr $service_cidr"
+
+begin cluster
+if "$KIND" get clusters 2>/dev/null | grep -qx "$cluster"; then
+  "$KIND" export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
+  done_ "reused $cluster"
 else
-  say "creating cluster $cluster"
   "$KIND" create cluster --name "$cluster" --config "$here/kind-config.yaml" \
-    --kubeconfig "$kubeconfig" --wait 120s
+    ${node_image:+--image "$node_image"} --kubeconfig "$kubeconfig" --wait 180s
+  done_ "created $cluster"
 fi
 
-for image in broker:broker_image operator:operator audit:spark_operator_jobs; do
-  name=${image%%:*}
-  dir=${image#*:}
+images=()
+for spec in "broker broker_image $python_base" "operator operator $python_base" \
+            "audit spark_operator_jobs $spark_base"; do
+  read -r name dir base <<<"$spec"
   tag="ghcr.io/popfleet/$name:$version"
-  say "building $tag from $dir/Dockerfile"
-  docker build -f "$repo/$dir/Dockerfile" -t "$tag" "$repo"
-  "$KIND" load docker-image "$tag" --name "$cluster"
+  begin "build $name"
+  nice -n 10 docker build -q --build-arg "BASE=$base" -f "$repo/$dir/Dockerfile" -t "$tag" "$repo" \
+    2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2) \
+    >/dev/null
+  "$KIND" load docker-image "$tag" --name "$cluster" >/dev/null
+  images+=("$tag")
+  if [ "$name" = broker ]; then
+    # the same build under a second tag: the rolling-upgrade step moves the brokers to it
+    next_broker="$tag-next"
+    docker tag "$tag" "$next_broker"
+    "$KIND" load docker-image "$next_broker" --name "$cluster" >/dev/null
+  fi
+  done_ "$tag"
 done
 
-say "running the scenario with $values"
-"$PY" "$here/kind_access.py" --kubeconfig "$kubeconfig" --bin-dir "$BIN_DIR" --values "$values"
-say "passed"
+begin smoke
+"$PY" "$here/smoke_images.py" --kubeconfig "$kubeconfig" "${images[@]}"
+done_
+
+begin scenario
+"$PY" "$here/kind_access.py" --kubeconfig "$kubeconfig" --bin-dir "$BIN_DIR" --values "$values" \
+  --node "$cluster-control-plane" --next-broker-image "$next_broker"
+done_

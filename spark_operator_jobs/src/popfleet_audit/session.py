@@ -13,7 +13,7 @@ import sys
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
-from popfleet_audit import datasource
+from popfleet_audit import datasource, identity
 
 LOCAL_CONF: dict[str, str] = {
     "spark.ui.enabled": "false",
@@ -38,6 +38,7 @@ def build(master: str | None, *, app_name: str = "popfleet-audit") -> SparkSessi
             builder = builder.config(key, value)
     else:
         builder = builder.config("spark.sql.session.timeZone", "UTC")
+    identity.ensure_user_entry()  # the JVM needs a passwd entry for this UID (random UIDs)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)

@@ -10,7 +10,8 @@ Why: the same scenario runs on the local testbed (e2e/local, ``make demo``) and 
   pod IPs are loopback addresses and the resolver only checks that (``loopback_only``).
   The official client also dials the endpoints that routes advertise, so those must be
   reachable from the test process as well;
-* ``helm_values``: extra ``--set`` values for the install (image repositories on kind).
+* ``helm_values``: extra ``--set`` values for the install (image repositories on kind);
+* ``node_exec`` and ``next_broker_image``: what the kind-only steps (``disruptions``) need.
 
 Every call has a deadline; a failing tool raises ``ScenarioError`` with its stderr.
 """
@@ -54,6 +55,10 @@ class ClusterAccess:
     examples: Path = REPO / "crds" / "examples"
     helm_values: tuple[str, ...] = ()
     home: Path | None = field(default=None, repr=False)
+    # Real clusters only (kind): run a command on the node (root, the node's PID namespace),
+    # and a second broker image already on the node for the rolling-upgrade step.
+    node_exec: Callable[[Sequence[str]], str] | None = field(default=None, repr=False)
+    next_broker_image: str | None = None
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from popfleet_e2e import auditing, lifecycle, logs, steps
+from popfleet_e2e import auditing, disruptions, lifecycle, logs, steps
 from popfleet_e2e.access import ClusterAccess
 from popfleet_e2e.steps import Story
 
@@ -73,18 +73,37 @@ SETUP: tuple[Step, ...] = (
 ENABLE_AUDITS = Step("enable audits every minute (Job backend, PySpark)", _enable_audits)
 AUDIT_RAN = Step("an audit ran on schedule and wrote the group's findings", _audit_ran)
 
-FULL: tuple[Step, ...] = (
+_UNTIL_POD_DELETED: tuple[Step, ...] = (
     *SETUP[:3],
     ENABLE_AUDITS,
     *SETUP[3:],
     AUDIT_RAN,
     Step("kubectl get cg shows MODE, LAG, BACKLOG", steps.columns_show_mode_lag_backlog),
     Step("delete a broker pod mid-traffic", steps.broker_pod_deleted_mid_traffic),
+)
+_FROM_NO_LOSS: tuple[Step, ...] = (
     Step("no acknowledged message lost", steps.nothing_acknowledged_is_lost),
     Step("helm upgrade: new chart version with a CRD change", _upgrade),
     Step("operator and broker logs: no unexpected errors", _logs_clean),
     Step("helm uninstall leaves nothing behind", _uninstall),
 )
+FULL: tuple[Step, ...] = (*_UNTIL_POD_DELETED, *_FROM_NO_LOSS)
+
+# On a real cluster (kind) the story also shows what only kubelets, a CNI with NetworkPolicy
+# and the Eviction API can: these run under the same traffic, before the no-loss check.
+REAL_CLUSTER_ONLY: tuple[Step, ...] = (
+    Step(
+        "NetworkPolicy: a stranger pod cannot reach the admin port",
+        disruptions.network_policy_enforced,
+    ),
+    Step("PodDisruptionBudget refuses a second eviction", disruptions.disruption_budget_holds),
+    Step("liveness probe restarts a frozen broker", disruptions.liveness_restarts_a_frozen_broker),
+    Step(
+        "rolling upgrade of the broker image under traffic",
+        disruptions.rolling_upgrade_under_traffic,
+    ),
+)
+KIND: tuple[Step, ...] = (*_UNTIL_POD_DELETED, *REAL_CLUSTER_ONLY, *_FROM_NO_LOSS)
 
 
 def run_steps(story: Story, chosen: Sequence[Step], *, say: Say = print) -> dict[str, float]:

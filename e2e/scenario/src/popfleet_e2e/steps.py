@@ -45,7 +45,7 @@ def ensure_namespace(access: ClusterAccess) -> None:
         access.kubectl("create", "namespace", access.namespace)
 
 
-def _members_everywhere(access: ClusterAccess, listed: list[brokers.Broker]) -> bool:
+def members_everywhere(access: ClusterAccess, listed: list[brokers.Broker]) -> bool:
     want = sorted((b.name, b.endpoint) for b in listed)
     for broker in listed:
         members = brokers.call(access, broker, lambda admin: admin.members())
@@ -54,7 +54,7 @@ def _members_everywhere(access: ClusterAccess, listed: list[brokers.Broker]) -> 
     return True
 
 
-def _ready_with(obj: Obj, replicas: int) -> bool:
+def ready_with(obj: Obj, replicas: int) -> bool:
     status = obj.get("status") or {}
     return status.get("readyBrokers") == replicas and len(brokers.listed(obj)) == replicas
 
@@ -66,17 +66,17 @@ def create_cluster(story: Story) -> str:
     access.apply_files([access.examples / "brokercluster.yaml"])
     bc = conditions.wait(
         access, "brokercluster", CLUSTER, "Ready", timeout_s=240,
-        also=lambda obj: _ready_with(obj, REPLICAS), what=f"{REPLICAS} brokers ready",
+        also=lambda obj: ready_with(obj, REPLICAS), what=f"{REPLICAS} brokers ready",
     )  # fmt: skip
     listed = brokers.listed(bc)
     waits.until(
-        lambda: _members_everywhere(access, listed), timeout_s=60,
+        lambda: members_everywhere(access, listed), timeout_s=60,
         what="every broker lists all members",
     )  # fmt: skip
     return ", ".join(f"{b.name}@{b.endpoint}" for b in listed)
 
 
-def _modes_everywhere(access: ClusterAccess, mode: str, share: int) -> bool:
+def modes_everywhere(access: ClusterAccess, mode: str, share: int) -> bool:
     listed = brokers.current(access, CLUSTER)
     if len(listed) != REPLICAS:
         return False
@@ -90,7 +90,7 @@ def apply_topics_and_groups(story: Story) -> str:
     topic = conditions.wait(access, "topic", TOPIC, "TopicSynced", timeout_s=90)
     conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=90)
     waits.until(
-        lambda: _modes_everywhere(access, "PULL", 0), timeout_s=30,
+        lambda: modes_everywhere(access, "PULL", 0), timeout_s=30,
         what=f"{GROUP} PULL on every broker",
     )  # fmt: skip
     for broker in brokers.current(access, CLUSTER):
@@ -166,7 +166,7 @@ def switch_to_pop(story: Story) -> str:
         what="POP/1 on every broker in status",
     )  # fmt: skip
     waits.until(
-        lambda: _modes_everywhere(access, "POP", 1), timeout_s=30,
+        lambda: modes_everywhere(access, "POP", 1), timeout_s=30,
         what=f"{GROUP} POP/1 read back on every broker",
     )  # fmt: skip
     return f"{GROUP}: POP, popShareQueueNum 1 on {REPLICAS}/{REPLICAS} brokers"
@@ -230,20 +230,20 @@ def broker_pod_deleted_mid_traffic(story: Story) -> str:
 
     def replaced_and_ready() -> bool:
         pod = access.get_or_none("pod", victim)
-        return pod is not None and pod["metadata"]["uid"] != old_uid and _pod_ready(pod)
+        return pod is not None and pod["metadata"]["uid"] != old_uid and pod_ready(pod)
 
     waits.until(replaced_and_ready, timeout_s=180, what=f"a new {victim} pod Ready")
     conditions.wait(
         access, "brokercluster", CLUSTER, "Ready", timeout_s=120,
-        also=lambda obj: _ready_with(obj, REPLICAS), what=f"{REPLICAS} brokers ready again",
+        also=lambda obj: ready_with(obj, REPLICAS), what=f"{REPLICAS} brokers ready again",
     )  # fmt: skip
     waits.until(
-        lambda: _members_everywhere(access, brokers.current(access, CLUSTER)), timeout_s=60,
+        lambda: members_everywhere(access, brokers.current(access, CLUSTER)), timeout_s=60,
         what="every broker lists the new member endpoints",
     )  # fmt: skip
     conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=90)
     waits.until(
-        lambda: _modes_everywhere(access, "POP", 1), timeout_s=60,
+        lambda: modes_everywhere(access, "POP", 1), timeout_s=60,
         what=f"{GROUP} still POP/1 on every broker, the new pod included",
     )  # fmt: skip
     waits.until(
@@ -254,7 +254,7 @@ def broker_pod_deleted_mid_traffic(story: Story) -> str:
     return f"{victim} replaced, POP/1 read back on all 3; {traffic.tally.describe()}"
 
 
-def _pod_ready(pod: Obj) -> bool:
+def pod_ready(pod: Obj) -> bool:
     found = (pod.get("status") or {}).get("conditions") or []
     return any(c["type"] == "Ready" and c["status"] == "True" for c in found)
 
