@@ -6,8 +6,22 @@ from the operator's pods. ``kind_access.py`` runs this proxy in a pod labelled l
 operator, port-forwards to it, and sets ``grpc_proxy`` for the test process, so every gRPC
 channel (the official client's and the admin client's) is tunnelled through that pod.
 
-Standard library only (it runs in the operator image). Only ``CONNECT host:port`` to an IP in
-``ALLOW_CIDR`` is accepted; anything else is answered 403 (or 405/400) and closed.
+Standard library only (it runs in the operator image). Only ``CONNECT`` to IPs in
+``ALLOW_CIDR`` is accepted; anything else is answered 403 (or 405/400) and closed. Each
+request is logged on one line (what was asked, the answer).
+
+Targets gRPC sends (``target_of`` parses them all; ports 1-65535, hosts IP literals only):
+
+* ``10.244.0.7:8081`` and ``[fd00::7]:8081``: one address;
+* ``[10.244.0.48:8081,10.244.0.49:8081]:443``: a channel whose target lists several addresses
+  (the official client's multi-endpoint bootstrap, ``ipv4:a:p,b:p``). gRPC's proxy mapper
+  sends the whole list, bracketed because it contains ``:``, plus a default port 443 that
+  is no target's: it is ignored;
+* ``[fd00::7]:8081,[fd00::8]:8081``: the same for IPv6 addresses (already bracketed, so
+  gRPC adds nothing).
+
+Every address of a list must be in ``ALLOW_CIDR`` (else 403: one bad address refuses the
+request); they are tried in order and the first that accepts is the tunnel's (502 if none).
 
     ALLOW_CIDR=10.244.0.0/16 LISTEN=0.0.0.0:3128 python connect_proxy.py
 """
@@ -21,23 +35,59 @@ import os
 import sys
 
 HEADER_LIMIT = 8192
+MAX_ADDRESSES = 16
+CONNECT_TIMEOUT_S = 5.0
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Target = tuple[str, int]  # (IP literal, port)
 
 
-def target_of(request_line: str, allowed: ipaddress.IPv4Network | ipaddress.IPv6Network) -> str:
-    """``host:port`` of an allowed ``CONNECT`` request line; ValueError says why not."""
+def _closing_bracket(text: str) -> int:
+    """Index of the ``]`` that closes the ``[`` at ``text[0]``; -1 if it is never closed."""
+    depth = 0
+    for index, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth == 0:
+            return index
+    return -1
+
+
+def _address(item: str, allowed: Network) -> Target:
+    """``ipv4:port`` or ``[ipv6]:port``, checked against ``allowed``; ValueError says why not."""
+    host, sep, port = item.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"400 {item!r} is not host:port")
+    bracketed = host.startswith("[") and host.endswith("]")
+    if ("[" in host or "]" in host) and not bracketed:
+        raise ValueError(f"400 {item!r}: unbalanced brackets")
+    try:
+        address = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError as exc:
+        raise ValueError(f"403 {host!r} is not an IP address") from exc
+    if bracketed != (address.version == 6):
+        raise ValueError(f"400 {item!r}: IPv6 addresses, and only they, are bracketed")
+    if address not in allowed:
+        raise ValueError(f"403 {address} is outside {allowed}")
+    return str(address), int(port)
+
+
+def target_of(request_line: str, allowed: Network) -> list[Target]:
+    """The addresses of an allowed ``CONNECT`` request line, in order; ValueError says why not.
+
+    Pure. The ValueError's message starts with the HTTP status to answer.
+    """
     parts = request_line.split()
     if len(parts) != 3 or parts[0] != "CONNECT":
         raise ValueError("405 only CONNECT is served")
-    host, sep, port = parts[1].rpartition(":")
-    if not sep or not port.isdigit():
-        raise ValueError("400 target is not host:port")
-    try:
-        address = ipaddress.ip_address(host.strip("[]"))
-    except ValueError as exc:
-        raise ValueError("403 target is not an IP address") from exc
-    if address not in allowed:
-        raise ValueError(f"403 {address} is outside {allowed}")
-    return f"{address}:{port}"
+    authority = parts[1]
+    if authority.startswith("["):
+        close = _closing_bracket(authority)
+        inner, rest = authority[1:close], authority[close + 1 :]
+        if close > 0 and "," in inner and rest[:1] == ":" and rest[1:].isdigit():
+            authority = inner  # "[a:p,b:p]:443": the list; gRPC's default port is no target's
+    items = authority.split(",")
+    if len(items) > MAX_ADDRESSES:
+        raise ValueError(f"400 more than {MAX_ADDRESSES} addresses")
+    return [_address(item, allowed) for item in items]
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -52,27 +102,56 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
+async def _open_first(
+    targets: list[Target],
+) -> tuple[Target, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the first target that accepts, in order; OSError if none does."""
+    failures = []
+    for host, port in targets:
+        try:
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(host, port), CONNECT_TIMEOUT_S
+            )
+        except (OSError, TimeoutError) as exc:
+            failures.append(f"{host}:{port} {type(exc).__name__}")
+            continue
+        return (host, port), reader, writer
+    raise OSError(f"no target accepted: {', '.join(failures)}")
+
+
+def _log(line: str) -> None:
+    print(f"connect_proxy: {line}", flush=True)
+
+
 async def _serve(
-    allowed: ipaddress.IPv4Network | ipaddress.IPv6Network,
-    client_reader: asyncio.StreamReader,
-    client_writer: asyncio.StreamWriter,
+    allowed: Network, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
 ) -> None:
+    request = "(no request line)"
     try:
-        head = await client_reader.readuntil(b"\r\n\r\n")
+        try:
+            head = await client_reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            if not exc.partial:  # a bare TCP probe (the readiness probe): nothing to answer
+                client_writer.close()
+                return
+            raise
         if len(head) > HEADER_LIMIT:
             raise ValueError("400 header too long")
-        target = target_of(head.split(b"\r\n", 1)[0].decode("latin-1"), allowed)
-        host, _, port = target.rpartition(":")
-        up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        request = head.split(b"\r\n", 1)[0].decode("latin-1")
+        targets = target_of(request, allowed)
+        (host, port), up_reader, up_writer = await _open_first(targets)
     except ValueError as exc:
+        _log(f"{request!r} -> {exc}")
         client_writer.write(f"HTTP/1.1 {exc}\r\n\r\n".encode())
         client_writer.close()
         return
     except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError) as exc:
+        _log(f"{request!r} -> 502 {exc}")
         with contextlib.suppress(ConnectionError, OSError):
             client_writer.write(f"HTTP/1.1 502 {type(exc).__name__}\r\n\r\n".encode())
             client_writer.close()
         return
+    _log(f"{request!r} -> 200 via {host}:{port}")
     client_writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
     await client_writer.drain()
     await asyncio.gather(_pipe(client_reader, up_writer), _pipe(up_reader, client_writer))

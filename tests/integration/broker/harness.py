@@ -76,10 +76,11 @@ class BrokerProcess:
     roles: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     role_args: dict[str, list[str]] = field(default_factory=dict)
     extra_args: Mapping[str, Sequence[str]] = field(default_factory=dict)  # role -> more flags
+    host: str = "127.0.0.1"  # the loopback address the client endpoint listens on
 
     @property
     def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def data_dir(self) -> Path:
@@ -129,12 +130,18 @@ class BrokerProcess:
         groups: Sequence[GroupConfig],
         admin: bool = False,
         extra_args: Mapping[str, Sequence[str]] | None = None,
+        host: str = "127.0.0.1",
     ) -> BrokerProcess:
-        """Seed, then start; ``extra_args`` adds flags per role name (``all``, ``popack``, ...)."""
+        """Seed, then start; ``extra_args`` adds flags per role name (``all``, ``popack``, ...).
+
+        ``host``: another loopback address (``127.0.0.2``...) for the client endpoint.
+        """
         if admin and mode != "all":
             raise ValueError("the admin API is served by the all role here")
+        if not host.startswith("127."):
+            raise ValueError(f"{host}: brokers in tests listen on loopback only")
         work_dir.mkdir(parents=True, exist_ok=True)
-        broker = cls(mode=mode, work_dir=work_dir, extra_args=dict(extra_args or {}))
+        broker = cls(mode=mode, work_dir=work_dir, extra_args=dict(extra_args or {}), host=host)
         asyncio.run(_seed(broker.data_dir, topics, groups))
         try:
             broker._start_processes(admin=admin)
@@ -158,7 +165,7 @@ class BrokerProcess:
                 [
                     "all",
                     "--data-dir", str(self.data_dir),
-                    "--listen", "127.0.0.1:0",
+                    "--listen", f"{self.host}:0",
                     "--port-file", str(port_file),
                     "--segment-bytes", str(settings.segment_bytes),
                     *admin_args,
@@ -181,7 +188,7 @@ class BrokerProcess:
                 [
                     "popack",
                     "--store-socket", str(socket_path),
-                    "--listen", "127.0.0.1:0",
+                    "--listen", f"{self.host}:0",
                     "--port-file", str(port_file),
                 ],
             )  # fmt: skip

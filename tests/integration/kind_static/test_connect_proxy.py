@@ -2,29 +2,74 @@
 is set (as the kind run sets it), and targets outside its allowed network are refused.
 
 On kind the proxy runs in a pod and allows the pod network; here it runs as a local process
-allowing one loopback address, and a gRPC health server stands in for a broker.
+allowing loopback addresses (127.0.0.2, and 127.0.0.3 where a test says so), and gRPC
+servers on those addresses stand in for brokers: a health server, a real ``popbroker all``
+with the official client. Nothing here dials outside 127.0.0.0/8.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import ipaddress
 import os
 import re
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from concurrent import futures
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from rocketmq.v5.util.misc import Misc
 
+from tests.integration.broker import officialclient as oc
+from tests.integration.broker.harness import BrokerProcess
 from tests.integration.kind_static.conftest import KIND, load
 
+Misc._Misc__LOCAL_IP = "127.0.0.1"  # the client's outbound-address probe, pre-seeded
 
-@pytest.fixture
-def proxy() -> Iterator[str]:
-    """The proxy on 127.0.0.1 (ephemeral port), allowing only 127.0.0.2; its URL."""
-    env = {**os.environ, "ALLOW_CIDR": "127.0.0.2/32", "LISTEN": "127.0.0.1:0"}
+connect_proxy = load("connect_proxy")
+PROXY_VARIABLES = ("grpc_proxy", "https_proxy", "http_proxy", "no_grpc_proxy", "no_proxy")
+WAIT_S = 10.0
+
+
+@dataclass
+class RunningProxy:
+    """``connect_proxy.py`` in a process of its own, and every line it printed."""
+
+    url: str
+    process: subprocess.Popen[str]
+    lines: list[str] = field(default_factory=list)
+
+    def requests(self) -> list[str]:
+        """The request lines it answered, with the answers, after a marker request.
+
+        The marker (a request it refuses) is logged after everything sent before it, so
+        once it shows, nothing earlier is still on its way through the pipe.
+        """
+        marker = f"GET /marker-{time.monotonic_ns()} HTTP/1.1"
+        host, port = self.url.removeprefix("http://").rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=WAIT_S) as conn:
+            conn.sendall(f"{marker}\r\n\r\n".encode())
+            conn.recv(1024)
+        deadline = time.monotonic() + WAIT_S
+        while not any(marker in line for line in self.lines):
+            assert time.monotonic() < deadline, f"the proxy never logged {marker!r}"
+            time.sleep(0.02)
+        return [line for line in self.lines if "'CONNECT " in line]
+
+
+@contextlib.contextmanager
+def running_proxy(allow_cidr: str) -> Iterator[RunningProxy]:
+    """The proxy on 127.0.0.1 (ephemeral port) allowing ``allow_cidr``."""
+    env = {**os.environ, "ALLOW_CIDR": allow_cidr, "LISTEN": "127.0.0.1:0"}
     with subprocess.Popen(
         [sys.executable, str(KIND / "connect_proxy.py")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -34,10 +79,30 @@ def proxy() -> Iterator[str]:
             first = process.stdout.readline()  # printed once listening; EOF if it died
             port = re.search(r"\('127\.0\.0\.1', (\d+)\)", first)
             assert port, f"proxy did not start: {first!r}"
-            yield f"http://127.0.0.1:{port[1]}"
+            proxy = RunningProxy(f"http://127.0.0.1:{port[1]}", process)
+            stdout = process.stdout
+            threading.Thread(
+                target=lambda: proxy.lines.extend(iter(stdout.readline, "")), daemon=True
+            ).start()
+            yield proxy
         finally:
             process.terminate()
             process.wait(timeout=10)
+
+
+@pytest.fixture
+def proxy() -> Iterator[RunningProxy]:
+    """The proxy allowing only 127.0.0.2."""
+    with running_proxy("127.0.0.2/32") as running:
+        yield running
+
+
+@pytest.fixture
+def clean_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No proxy variable from the machine's environment leaks into a test."""
+    for name in (*PROXY_VARIABLES, *(n.upper() for n in PROXY_VARIABLES)):
+        monkeypatch.delenv(name, raising=False)
+    return monkeypatch
 
 
 @pytest.fixture
@@ -59,31 +124,158 @@ def check(target: str) -> int:
     return int(reply.status)
 
 
+def unused_port(host: str) -> int:
+    """A port nothing listens on at ``host`` (bound, then released)."""
+    with socket.socket() as probe:
+        probe.bind((host, 0))
+        return int(probe.getsockname()[1])
+
+
+# ---------------------------------------------------------------- gRPC through the proxy
+
+
 def test_grpc_reaches_an_allowed_target_through_the_proxy(
-    proxy: str, health_server: dict[str, int], monkeypatch: pytest.MonkeyPatch
+    proxy: RunningProxy, health_server: dict[str, int], clean_proxy_environment: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("grpc_proxy", proxy)
+    clean_proxy_environment.setenv("grpc_proxy", proxy.url)
     assert check(f"127.0.0.2:{health_server['2']}") == health_pb2.HealthCheckResponse.SERVING
+    assert proxy.requests() == [
+        f"connect_proxy: 'CONNECT 127.0.0.2:{health_server['2']} HTTP/1.1'"
+        f" -> 200 via 127.0.0.2:{health_server['2']}\n"
+    ]
 
 
 def test_targets_outside_the_allowed_network_are_refused(
-    proxy: str, health_server: dict[str, int], monkeypatch: pytest.MonkeyPatch
+    proxy: RunningProxy, health_server: dict[str, int], clean_proxy_environment: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("grpc_proxy", proxy)
+    clean_proxy_environment.setenv("grpc_proxy", proxy.url)
     with pytest.raises(grpc.RpcError) as refused:
         check(f"127.0.0.3:{health_server['3']}")
     assert "403" in str(refused.value)
 
 
+def test_a_list_of_targets_is_tunnelled_to_the_first_that_accepts(
+    proxy: RunningProxy, health_server: dict[str, int]
+) -> None:
+    """What gRPC sends for a channel on several addresses: ``[a:p,b:p]:443``."""
+    live, dead = health_server["2"], unused_port("127.0.0.2")
+    request = f"CONNECT [127.0.0.2:{dead},127.0.0.2:{live}]:443 HTTP/1.1\r\n\r\n"
+    host, port = proxy.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as conn:
+        conn.sendall(request.encode())
+        assert conn.recv(1024).startswith(b"HTTP/1.1 200 ")
+    nobody = f"CONNECT [127.0.0.2:{dead},127.0.0.2:{unused_port('127.0.0.2')}]:443 HTTP/1.1"
+    with socket.create_connection((host, int(port)), timeout=WAIT_S) as conn:
+        conn.sendall(f"{nobody}\r\n\r\n".encode())
+        assert conn.recv(1024).startswith(b"HTTP/1.1 502 ")
+    answered = proxy.requests()
+    assert answered[0].endswith(f"-> 200 via 127.0.0.2:{live}\n")
+    assert "502" in answered[1]
+
+
+# ---------------------------------------------------------------- the request lines it parses
+
+
+def test_request_lines_the_proxy_accepts() -> None:
+    allowed = ipaddress.ip_network("10.244.0.0/16")
+    accepted = {
+        "CONNECT 10.244.1.9:9877 HTTP/1.1": [("10.244.1.9", 9877)],
+        # the official client's multi-endpoint bootstrap, as gRPC's proxy mapper sends it
+        "CONNECT [10.244.0.48:8081,10.244.0.49:8081,10.244.0.50:8081]:443 HTTP/1.1": [
+            ("10.244.0.48", 8081),
+            ("10.244.0.49", 8081),
+            ("10.244.0.50", 8081),
+        ],
+    }
+    for line, targets in accepted.items():
+        assert connect_proxy.target_of(line, allowed) == targets
+    v6 = ipaddress.ip_network("fd00:10:244::/56")
+    assert connect_proxy.target_of("CONNECT [fd00:10:244::7]:8081 HTTP/1.1", v6) == [
+        ("fd00:10:244::7", 8081)
+    ]
+    line = "CONNECT [fd00:10:244::7]:8081,[fd00:10:244::8]:8082 HTTP/1.1"
+    assert connect_proxy.target_of(line, v6) == [("fd00:10:244::7", 8081), ("fd00:10:244::8", 8082)]
+    line = "CONNECT [[fd00:10:244::7]:8081,[fd00:10:244::8]:8082]:443 HTTP/1.1"
+    assert connect_proxy.target_of(line, v6) == [("fd00:10:244::7", 8081), ("fd00:10:244::8", 8082)]
+
+
 def test_request_lines_the_proxy_refuses() -> None:
-    connect_proxy = load("connect_proxy")
-    allowed = __import__("ipaddress").ip_network("10.244.0.0/16")
-    assert connect_proxy.target_of("CONNECT 10.244.1.9:9877 HTTP/1.1", allowed) == "10.244.1.9:9877"
+    allowed = ipaddress.ip_network("10.244.0.0/16")
+    many = ",".join(f"10.244.0.{n}:8081" for n in range(1, 18))
     for line, code in [
         ("GET http://10.244.1.9/ HTTP/1.1", "405"),
         ("CONNECT 10.244.1.9 HTTP/1.1", "400"),
+        ("CONNECT 10.244.1.9:0 HTTP/1.1", "400"),
+        ("CONNECT 10.244.1.9:65536 HTTP/1.1", "400"),
         ("CONNECT broker-0:8081 HTTP/1.1", "403"),
         ("CONNECT 10.96.0.1:443 HTTP/1.1", "403"),
+        # one address outside the network refuses the whole list, wherever it is
+        ("CONNECT [10.244.0.48:8081,10.96.0.10:8081]:443 HTTP/1.1", "403"),
+        ("CONNECT [10.96.0.10:8081,10.244.0.48:8081]:443 HTTP/1.1", "403"),
+        ("CONNECT [10.244.0.48:8081,8.8.8.8:53]:443 HTTP/1.1", "403"),
+        ("CONNECT [10.244.0.48:8081,broker-1:8081]:443 HTTP/1.1", "403"),
+        ("CONNECT [10.244.0.48:8081,10.244.0.49]:443 HTTP/1.1", "400"),
+        ("CONNECT [10.244.0.48:8081,]:443 HTTP/1.1", "400"),
+        ("CONNECT [10.244.0.48:8081,10.244.0.49:8081 HTTP/1.1", "400"),
+        ("CONNECT [10.244.0.48]:8081 HTTP/1.1", "400"),  # IPv4 is never bracketed
+        ("CONNECT [::1]:8081 HTTP/1.1", "403"),
+        (f"CONNECT [{many}]:443 HTTP/1.1", "400"),
     ]:
-        with pytest.raises(ValueError, match=code):
+        with pytest.raises(ValueError, match=f"^{code} "):
             connect_proxy.target_of(line, allowed)
+
+
+# ---------------------------------------------------------------- the official client's bootstrap
+
+
+@pytest.fixture
+def main_thread_event_loop() -> Iterator[None]:
+    """The official client wants a current event loop on the caller's thread (see
+    tests/integration/broker/conftest.py)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
+
+
+@pytest.fixture
+def broker_on_127_0_0_3(tmp_path: Path) -> Iterator[BrokerProcess]:
+    from popbroker.store.api import TopicConfig  # noqa: PLC0415
+
+    process = BrokerProcess.start(
+        tmp_path / "broker", mode="all", host="127.0.0.3",
+        topics=[TopicConfig("orders", read_queue_nums=2, write_queue_nums=2)], groups=[],
+    )  # fmt: skip
+    try:
+        yield process
+    finally:
+        process.stop()
+        print(process.logs())
+
+
+def test_the_official_client_bootstraps_from_several_endpoints_through_the_proxy(
+    broker_on_127_0_0_3: BrokerProcess,
+    clean_proxy_environment: pytest.MonkeyPatch,
+    main_thread_event_loop: None,
+) -> None:
+    """``a:p;b:p`` makes one channel on both addresses; gRPC asks the proxy for
+    ``[a:p,b:p]:443``. Nothing listens on the first (127.0.0.2), so the proxy tunnels to the
+    second; the route then advertises 127.0.0.3, also reached through the proxy."""
+    port = broker_on_127_0_0_3.port
+    with pytest.raises(ConnectionRefusedError):  # the first endpoint is dead
+        socket.create_connection(("127.0.0.2", port), timeout=WAIT_S).close()
+    with running_proxy("127.0.0.2/31") as proxy:
+        clean_proxy_environment.setenv("grpc_proxy", proxy.url)
+        with oc.producer(f"127.0.0.2:{port};127.0.0.3:{port}", ["orders"]) as producer:
+            receipt = producer.send(oc.message("orders", b"through the proxy"))
+        assert receipt.message_id
+        answered = proxy.requests()
+    bootstrap = f"'CONNECT [127.0.0.2:{port},127.0.0.3:{port}]:443 HTTP/1.1'"
+    assert any(
+        bootstrap in line and line.endswith(f"200 via 127.0.0.3:{port}\n") for line in answered
+    ), answered
+    routed = f"'CONNECT 127.0.0.3:{port} HTTP/1.1' -> 200"
+    assert any(routed in line for line in answered), answered
