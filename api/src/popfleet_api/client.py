@@ -9,6 +9,9 @@ Behaviour callers rely on:
 * every unary call has a deadline (``timeout_s``, default 10 s) and every scan
   one for the whole stream (``scan_timeout_s``, default 300 s);
 * with a ``token`` every call carries ``authorization: Bearer <token>``;
+* with ``proxy=None`` (the default) the channel ignores proxy settings in the environment
+  and dials the broker directly; with ``proxy="http://HOST:PORT"`` every connection is an
+  HTTP CONNECT tunnel through that proxy (see :func:`channel_options`);
 * a failed call raises a :mod:`popfleet_api.errors` class (``retriable`` set
   for UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) whose ``target`` is
   this broker; an unreachable broker is :class:`~popfleet_api.errors.Unavailable`;
@@ -21,6 +24,7 @@ created inside the event loop that uses it (a grpc.aio channel belongs to one lo
 
 from __future__ import annotations
 
+import urllib.parse
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -40,11 +44,34 @@ SERVICE_NAME = "popfleet.admin.v1.BrokerAdmin"
 
 CHANNEL_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    # Brokers are reached on pod IPs or loopback; an HTTP(S)_PROXY must not catch the calls.
-    ("grpc.enable_http_proxy", 0),
     ("grpc.initial_reconnect_backoff_ms", 200),
     ("grpc.max_reconnect_backoff_ms", 2_000),
 )
+
+
+def channel_options(proxy: str | None) -> tuple[tuple[str, int | str], ...]:
+    """The channel's options: with no ``proxy`` proxies are off, whatever the environment says.
+
+    Brokers are reached on pod IPs or loopback, so an ``HTTP(S)_PROXY``/``grpc_proxy`` in a
+    pod must not catch the calls. A caller that can only reach brokers through an HTTP
+    CONNECT proxy (the kind e2e, from the host) names it: ``http://HOST:PORT``, passed as
+    gRPC's ``grpc.http_proxy`` channel argument, which takes precedence over the
+    environment's proxy variables. gRPC still honours ``no_grpc_proxy`` (else ``no_proxy``)
+    from the environment for such a channel; a caller that must never bypass the proxy
+    clears it (``e2e/kind/proxy_tunnel.py`` sets ``no_grpc_proxy`` to empty).
+    """
+    if proxy is None:
+        return (*CHANNEL_OPTIONS, ("grpc.enable_http_proxy", 0))
+    # gRPC dials the broker directly when it cannot use the proxy URL: refuse such a URL here.
+    url = urllib.parse.urlsplit(proxy)
+    try:
+        port = url.port
+    except ValueError:
+        port = None
+    if url.scheme != "http" or not url.hostname or port is None or url.path not in ("", "/"):
+        raise ValueError(f"proxy {proxy!r} is not http://HOST:PORT")
+    return (*CHANNEL_OPTIONS, ("grpc.http_proxy", proxy))
+
 
 _Resp = TypeVar("_Resp")
 
@@ -138,6 +165,7 @@ class BrokerAdmin:
         token: str | None = None,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         scan_timeout_s: float = DEFAULT_SCAN_TIMEOUT_S,
+        proxy: str | None = None,
     ) -> None:
         if timeout_s <= 0 or scan_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
@@ -147,7 +175,7 @@ class BrokerAdmin:
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()
         )
-        self._channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
+        self._channel = grpc.aio.insecure_channel(target, options=channel_options(proxy))
         self._stub: BrokerAdminAsyncStub = pb_grpc.BrokerAdminStub(self._channel)  # type: ignore[assignment]
         self._health = health_pb2_grpc.HealthStub(self._channel)
 

@@ -3,8 +3,8 @@ is set (as the kind run sets it), and targets outside its allowed network are re
 
 On kind the proxy runs in a pod and allows the pod network; here it runs as a local process
 allowing loopback addresses (127.0.0.2, and 127.0.0.3 where a test says so), and gRPC
-servers on those addresses stand in for brokers: a health server, a real ``popbroker all``
-with the official client. Nothing here dials outside 127.0.0.0/8.
+servers on those addresses stand in for brokers: a health server, a real admin server, a
+real ``popbroker all`` with the official client. Nothing here dials outside 127.0.0.0/8.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +29,9 @@ import pytest
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from rocketmq.v5.util.misc import Misc
 
+from popbroker.admin.server import AdminServer, serve_admin
+from popbroker.store.local import LocalStore, small_settings
+from popfleet_api.client import BrokerAdmin
 from tests.integration.broker import officialclient as oc
 from tests.integration.broker.harness import BrokerProcess
 from tests.integration.kind_static.conftest import KIND, load
@@ -223,6 +226,57 @@ def test_request_lines_the_proxy_refuses() -> None:
     ]:
         with pytest.raises(ValueError, match=f"^{code} "):
             connect_proxy.target_of(line, allowed)
+
+
+# ---------------------------------------------------------------- the admin client and the proxy
+
+
+@pytest.fixture
+async def admin_server(tmp_path: Path) -> AsyncIterator[AdminServer]:
+    """A real admin server (over a LocalStore) on 127.0.0.2."""
+    store = LocalStore.open(tmp_path / "data", small_settings(cluster="c", broker_name="b-0"))
+    server = await serve_admin(store, listen="127.0.0.2:0")
+    try:
+        yield server
+    finally:
+        await server.stop(None)
+        await store.close()
+
+
+async def test_the_admin_client_goes_through_the_proxy_it_is_given(
+    proxy: RunningProxy, admin_server: AdminServer, clean_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    target = f"127.0.0.2:{admin_server.port}"
+    async with BrokerAdmin(target, timeout_s=5, proxy=proxy.url) as admin:
+        assert (await admin.info()).broker_name == "b-0"
+    assert proxy.requests() == [f"connect_proxy: 'CONNECT {target} HTTP/1.1' -> 200 via {target}\n"]
+
+
+async def test_the_admin_client_ignores_proxies_in_the_environment(
+    proxy: RunningProxy, admin_server: AdminServer, clean_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    """Without ``proxy`` it dials the broker itself, whatever the environment says: in a pod
+    an ``HTTP(S)_PROXY`` must not catch the operator's calls to brokers."""
+    for name in ("grpc_proxy", "https_proxy", "http_proxy"):
+        clean_proxy_environment.setenv(name, proxy.url)
+    async with BrokerAdmin(f"127.0.0.2:{admin_server.port}", timeout_s=5) as admin:
+        assert (await admin.info()).broker_name == "b-0"
+    assert proxy.requests() == []
+
+
+async def test_a_refusing_proxy_fails_the_admin_call(
+    proxy: RunningProxy, tmp_path: Path, clean_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    """The call really depends on the proxy: one that refuses the target fails it."""
+    store = LocalStore.open(tmp_path / "data", small_settings(cluster="c", broker_name="b-0"))
+    server = await serve_admin(store, listen="127.0.0.3:0")  # outside what the proxy allows
+    try:
+        async with BrokerAdmin(f"127.0.0.3:{server.port}", timeout_s=5, proxy=proxy.url) as admin:
+            with pytest.raises(Exception, match="403"):
+                await admin.info()
+    finally:
+        await server.stop(None)
+        await store.close()
 
 
 # ---------------------------------------------------------------- the official client's bootstrap

@@ -10,6 +10,10 @@ Why: the same scenario runs on the local testbed (e2e/local, ``make demo``) and 
   pod IPs are loopback addresses and the resolver only checks that (``loopback_only``).
   The official client also dials the endpoints that routes advertise, so those must be
   reachable from the test process as well;
+* ``grpc_proxy``: an ``http://HOST:PORT`` CONNECT proxy every gRPC channel of the test
+  process must go through (kind: the proxy pod behind a port-forward; the official client
+  reads it from the ``grpc_proxy`` environment variable, which ``e2e/kind/proxy_tunnel.py``
+  sets). None (the testbed): brokers are dialled directly;
 * ``helm_values``: extra ``--set`` values for the install (image repositories on kind);
 * ``node_exec`` and ``next_broker_image``: what the kind-only steps (``disruptions``) need.
 
@@ -55,6 +59,7 @@ class ClusterAccess:
     examples: Path = REPO / "crds" / "examples"
     helm_values: tuple[str, ...] = ()
     home: Path | None = field(default=None, repr=False)
+    grpc_proxy: str | None = None
     # Real clusters only (kind): run a command on the node (root, the node's PID namespace),
     # and a second broker image already on the node for the rolling-upgrade step.
     node_exec: Callable[[Sequence[str]], str] | None = field(default=None, repr=False)

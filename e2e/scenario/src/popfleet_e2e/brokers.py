@@ -3,7 +3,8 @@
 Why: a condition on a custom resource is the operator's claim; the scenario checks it against
 the brokers. Brokers are found in the BrokerCluster's status (``brokers[].endpoint``, the
 advertised client endpoint); the admin API listens on the same host at ``ADMIN_PORT``; both
-go through the access's resolver before anything dials them.
+go through the access's resolver before anything dials them, and admin calls through the
+access's ``grpc_proxy`` when it has one.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def call(access: ClusterAccess, broker: Broker, fn: Callable[[BrokerAdmin], Awai
     target = access.resolve(broker.admin_endpoint)
 
     async def run() -> T:
-        async with BrokerAdmin(target, timeout_s=5) as admin:
+        async with BrokerAdmin(target, timeout_s=5, proxy=access.grpc_proxy) as admin:
             return await fn(admin)
 
     try:

@@ -7,6 +7,10 @@ finishes them (no ack, no nack) while the client keeps heartbeating, the way a s
 does. ``Tally`` answers the loss question: every acknowledged send must be consumed by a
 healthy consumer at least once (duplicates are allowed: delivery is at least once).
 
+Proxy: the official client has no proxy setting of its own; gRPC reads ``grpc_proxy`` from
+the environment when the client makes each channel, so on kind (where the host reaches pods
+only through the proxy pod) ``e2e/kind/proxy_tunnel.py`` sets it for the whole process.
+
 Bounds: the producer stops after ``max_messages`` or ``max_s``; the hung listener gives up
 its messages (FAILURE, so a nack, never an ack) when ``stop`` releases it.
 """
