@@ -16,7 +16,7 @@ TEST_PREREQS :=
 
 export PYTHONDONTWRITEBYTECODE := 1
 
-.PHONY: help setup lint fmt test test-unit test-integration bench demo clean
+.PHONY: help setup lint fmt test test-pytest test-unit test-integration bench demo clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*?## ' $(MAKEFILE_LIST) | sort | \
@@ -40,7 +40,10 @@ fmt: $(STAMP) ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-test: $(STAMP) $(TEST_PREREQS) ## run every test that needs no Docker (fails when none are collected)
+test: test-pytest ## every tier: pytest (fails when none are collected), then the story on kind
+	@$(MAKE) --no-print-directory e2e-kind
+
+test-pytest: $(STAMP) $(TEST_PREREQS) ## every pytest tier (unit, integration, testbed); no Docker
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## unit tier only

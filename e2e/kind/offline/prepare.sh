@@ -27,7 +27,7 @@ SPARK_BASE=popfleet.local/spark:4.3.0
 
 stage() { # name command...
   local name=$1 start=$SECONDS; shift
-  "$@"
+  "$@" >&2
   printf '== e2e-kind offline: %-14s %4ss\n' "$name" "$(( SECONDS - start ))" >&2
 }
 hash_of() { cat "$@" | sha256sum | cut -c1-12; }
