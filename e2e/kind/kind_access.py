@@ -8,24 +8,36 @@ their admin port only from operator pods. The official RocketMQ client dials the
 that routes advertise (pod IPs), so a per-broker ``kubectl port-forward`` cannot serve it
 either. Instead ``proxy_tunnel`` runs a CONNECT proxy in a pod labelled like the operator and
 sets ``grpc_proxy`` for this process: every gRPC channel goes through it. The resolver here
-only checks that an endpoint lies inside the pod network before anything dials it.
+checks that an endpoint lies inside the pod network before anything dials it.
+
+Network safety (a hard rule on our machines): the host never dials pod (10.244.0.0/16) or
+service (10.96.0.0/16) addresses itself. So the kind access refuses to resolve anything
+until it goes through the tunnel (``through_proxy``, once ``proxy_tunnel`` is up): its
+resolver raises while the access has no proxy, the proxy is not a loopback port-forward,
+the environment's ``grpc_proxy`` (what the official client uses) is not that proxy, or
+``no_grpc_proxy``/``no_proxy`` could exempt a pod address from it (``proxy_problem``). The
+admin client gets the proxy explicitly (``ClusterAccess.grpc_proxy``).
 
 Run by ``e2e/kind/run.sh`` (``make e2e-kind``)::
 
     python e2e/kind/kind_access.py --kubeconfig K --bin-dir D --values e2e/kind/values/kind.yaml
 
-The pure parts (``pod_network_resolver``, ``helm_sets``, ``story_namespace``) are tested in
-``tests/integration/kind_static``; nothing in ``make test`` dials a pod IP."""
+The pure parts (``pod_network_resolver``, ``proxy_problem``, ``helm_sets``,
+``story_namespace``) are tested in ``tests/integration/kind_static``; nothing in ``make test``
+dials a pod IP (``test_kind_host_clients_use_the_proxy.py`` records the channels instead)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import ipaddress
 import json
+import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+import urllib.parse
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +59,43 @@ def pod_subnet(config: Path = KIND_DIR / "kind-config.yaml") -> str:
     return str(subnet)
 
 
-def pod_network_resolver(subnet: str) -> Callable[[str], str]:
-    """A resolver that passes ``host:port`` through when ``host`` is in the pod network."""
+def proxy_problem(proxy: str | None, environ: Mapping[str, str]) -> str | None:
+    """Why gRPC channels of a process with ``environ`` might not all go through ``proxy``.
+
+    None when they all do: the admin client is given ``proxy`` explicitly, the official
+    client reads ``grpc_proxy`` from the environment, and gRPC lets ``no_grpc_proxy`` (else
+    ``no_proxy``) exempt hosts, by CIDR or by a suffix of the address text, from either.
+    """
+    if not proxy:
+        return "no proxy: the host reaches pods only through the proxy pod (proxy_tunnel)"
+    url = urllib.parse.urlsplit(proxy)
+    try:
+        loopback = url.scheme == "http" and url.port is not None
+        loopback = loopback and ipaddress.ip_address(url.hostname or "").is_loopback
+    except ValueError:  # no IP address, or a bad port
+        loopback = False
+    if not loopback:
+        return f"proxy {proxy!r} is not the port-forward on loopback (http://127.x.y.z:PORT)"
+    if environ.get("grpc_proxy") != proxy:
+        found = environ.get("grpc_proxy")
+        return f"grpc_proxy is {found!r}, not {proxy!r}: the official client would not use it"
+    exempt = environ["no_grpc_proxy"] if "no_grpc_proxy" in environ else environ.get("no_proxy")
+    if exempt:
+        return f"no_grpc_proxy/no_proxy {exempt!r} could exempt pod addresses from the proxy"
+    return None
+
+
+def pod_network_resolver(
+    subnet: str, *, proxy: str | None = None, environ: Mapping[str, str] = os.environ
+) -> Callable[[str], str]:
+    """A resolver that passes ``host:port`` through when ``host`` is in the pod network and
+    every gRPC channel of this process goes through ``proxy`` (else it raises)."""
     network = ipaddress.ip_network(subnet)
 
     def resolve(endpoint: str) -> str:
+        problem = proxy_problem(proxy, environ)
+        if problem is not None:
+            raise KindAccessError(f"refusing to dial {endpoint}: {problem}")
         host, sep, port = endpoint.rpartition(":")
         if not sep or not port.isdigit():
             raise KindAccessError(f"{endpoint!r} is not host:port")
@@ -64,6 +108,14 @@ def pod_network_resolver(subnet: str) -> Callable[[str], str]:
         return endpoint
 
     return resolve
+
+
+def through_proxy(access: Any, *, subnet: str, proxy: str) -> Any:
+    """The kind ``ClusterAccess`` once the tunnel is up: admin calls and resolving go through
+    ``proxy`` (the official client through ``grpc_proxy``, which ``proxy_tunnel`` exports)."""
+    return dataclasses.replace(
+        access, grpc_proxy=proxy, resolve=pod_network_resolver(subnet, proxy=proxy)
+    )
 
 
 def _scalar(value: Any, where: str) -> str:
@@ -156,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         print(f"e2e-kind: gRPC to pods through {proxy} (proxy pod in the cluster)", flush=True)
-        return run_scenario(access)
+        return run_scenario(through_proxy(access, subnet=subnet, proxy=proxy))
     finally:
         tunnel.close()
 

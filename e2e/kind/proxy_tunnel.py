@@ -6,9 +6,11 @@ their admin port only from pods labelled like the operator. So the run starts
 ``connect_proxy.py`` in such a pod (namespace ``popfleet-e2e-access``, the operator image,
 non-root, read-only root filesystem), ``kubectl port-forward``s to it and sets ``grpc_proxy``
 in this process: every gRPC channel then goes through the proxy, which only connects to the
-pod network. No host route, no root.
+pod network. No host route, no root. (``kind_access.through_proxy`` also hands the proxy to
+the admin client explicitly: that client ignores the environment's proxies.)
 
-``manifests`` is pure (tested in tests/integration/kind_static); ``Tunnel`` runs kubectl.
+``manifests`` is pure and ``export_proxy`` only touches the environment (both tested in
+tests/integration/kind_static); ``Tunnel`` runs kubectl.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ import json
 import os
 import select
 import subprocess
+import threading
 import time
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +30,31 @@ NAMESPACE = "popfleet-e2e-access"
 POD = "e2e-proxy"
 PORT = 3128
 Obj = dict[str, Any]
+PROXY_VARIABLES = ("grpc_proxy", "no_grpc_proxy")
+
+
+def export_proxy(url: str, environ: MutableMapping[str, str] = os.environ) -> dict[str, str | None]:
+    """Send every gRPC channel this process makes through ``url``; the values replaced.
+
+    gRPC core reads ``grpc_proxy`` (lower case) when each channel is made (the official
+    client has no proxy setting of its own), and still dials directly what ``no_grpc_proxy``
+    (else ``no_proxy``) lists: set empty, it lists nothing and hides ``no_proxy`` from gRPC
+    only (kubectl and helm still read ``NO_PROXY``/``no_proxy`` for the apiserver).
+    """
+    previous = {name: environ.get(name) for name in PROXY_VARIABLES}
+    environ["grpc_proxy"] = url
+    environ["no_grpc_proxy"] = ""
+    return previous
+
+
+def restore_environment(
+    previous: dict[str, str | None], environ: MutableMapping[str, str] = os.environ
+) -> None:
+    for name, value in previous.items():
+        if value is None:
+            environ.pop(name, None)
+        else:
+            environ[name] = value
 
 
 def manifests(*, image: str, pull_policy: str, allow_cidr: str) -> list[Obj]:
@@ -89,6 +118,7 @@ class Tunnel:
         self.kubectl = kubectl
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         self.forward: subprocess.Popen[str] | None = None
+        self._replaced: dict[str, str | None] | None = None
 
     def _run(self, *args: str, stdin: str | None = None, timeout_s: float = 120) -> str:
         done = subprocess.run(
@@ -113,9 +143,12 @@ class Tunnel:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
         )  # fmt: skip
         port = self._forwarded_port(deadline=time.monotonic() + 30)
+        # kubectl writes a line per proxied connection ("Handling connection for ..."), and
+        # every admin call is a new connection: unread, the pipe fills and the tunnel stalls.
+        for stream in (self.forward.stdout, self.forward.stderr):
+            threading.Thread(target=_drain, args=(stream,), daemon=True).start()
         url = f"http://127.0.0.1:{port}"
-        # gRPC core reads the lower-case name when each channel is made.
-        os.environ["grpc_proxy"] = url  # noqa: SIM112
+        self._replaced = export_proxy(url)
         return url
 
     def _forwarded_port(self, *, deadline: float) -> int:
@@ -133,7 +166,9 @@ class Tunnel:
         raise RuntimeError("kubectl port-forward did not report a local port in time")
 
     def close(self) -> None:
-        os.environ.pop("grpc_proxy", None)
+        if self._replaced is not None:
+            restore_environment(self._replaced)
+            self._replaced = None
         if self.forward is not None:
             self.forward.terminate()
             try:
@@ -141,3 +176,8 @@ class Tunnel:
             except subprocess.TimeoutExpired:
                 self.forward.kill()
         self._run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
+
+
+def _drain(stream: Any) -> None:
+    for _line in iter(stream.readline, ""):
+        pass

@@ -148,6 +148,21 @@ def test_grpc_reaches_an_allowed_target_through_the_proxy(
     ]
 
 
+def test_an_empty_no_grpc_proxy_keeps_no_proxy_from_bypassing_the_proxy(
+    proxy: RunningProxy, health_server: dict[str, int], clean_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    """gRPC dials what ``no_proxy`` lists directly even with a proxy; an empty
+    ``no_grpc_proxy`` (what ``proxy_tunnel.export_proxy`` sets) takes its place for gRPC."""
+    target = f"127.0.0.2:{health_server['2']}"
+    clean_proxy_environment.setenv("grpc_proxy", proxy.url)
+    clean_proxy_environment.setenv("no_proxy", "127.0.0.2")
+    assert check(target) == health_pb2.HealthCheckResponse.SERVING
+    assert proxy.requests() == []  # bypassed
+    clean_proxy_environment.setenv("no_grpc_proxy", "")
+    assert check(target) == health_pb2.HealthCheckResponse.SERVING
+    assert len(proxy.requests()) == 1
+
+
 def test_targets_outside_the_allowed_network_are_refused(
     proxy: RunningProxy, health_server: dict[str, int], clean_proxy_environment: pytest.MonkeyPatch
 ) -> None:

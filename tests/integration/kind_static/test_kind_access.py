@@ -16,6 +16,8 @@ import yaml
 from tests.integration.kind_static.conftest import KIND, load
 
 kind_access = load("kind_access")
+TUNNEL = "http://127.0.0.1:40123"  # what proxy_tunnel exports once the port-forward is up
+TUNNELLED = {"grpc_proxy": TUNNEL, "no_grpc_proxy": ""}
 
 
 def test_node_image_and_kind_version_are_pinned() -> None:
@@ -28,7 +30,9 @@ def test_node_image_and_kind_version_are_pinned() -> None:
 
 
 def test_resolver_passes_pod_addresses_and_refuses_the_rest() -> None:
-    resolve = kind_access.pod_network_resolver(kind_access.pod_subnet())
+    resolve = kind_access.pod_network_resolver(
+        kind_access.pod_subnet(), proxy=TUNNEL, environ=TUNNELLED
+    )
     assert resolve("10.244.0.7:8081") == "10.244.0.7:8081"
     for bad in ("10.96.0.10:8081", "127.0.0.1:9877", "broker-0.svc:8081", "10.244.0.7"):
         with pytest.raises(kind_access.KindAccessError):
@@ -60,14 +64,16 @@ def test_kind_run_uses_the_shared_scenario_as_e2e_local_does() -> None:
     from popfleet_e2e.access import ClusterAccess  # noqa: PLC0415
 
     fields = {f.name for f in dataclasses.fields(ClusterAccess)}
-    assert {"kubeconfig", "namespace", "resolve", "bin_dir", "helm_values"} <= fields
+    assert {"kubeconfig", "namespace", "resolve", "bin_dir", "helm_values", "grpc_proxy"} <= fields
     assert callable(scenario.run) and callable(lifecycle.clean_up)
     source = (KIND / "kind_access.py").read_text()
-    assert "scenario.run(access)" in source and "lifecycle.clean_up(access)" in source
+    assert "scenario.run(access" in source and "lifecycle.clean_up(access)" in source
     access = ClusterAccess(
         kubeconfig=Path("/nonexistent/kubeconfig"),
         namespace="popfleet-e2e",
-        resolve=kind_access.pod_network_resolver(kind_access.pod_subnet()),
+        resolve=kind_access.pod_network_resolver(
+            kind_access.pod_subnet(), proxy=TUNNEL, environ=TUNNELLED
+        ),
         bin_dir=Path("/nonexistent"),
         helm_values=kind_access.helm_sets(KIND / "values" / "kind.yaml"),
     )
