@@ -2,7 +2,7 @@
 # The root of every offline image: a minimal Debian bookworm made with debootstrap from the
 # mirror apt already uses, imported into Docker as $TAG (no registry involved).
 #
-#   mk-base.sh            # TAG default popfleet.popfleet.local/debian:bookworm
+#   mk-base.sh            # TAG default popfleet.local/debian:bookworm
 #
 # The rootfs is cached as a tarball under $CACHE (default ~/.cache/popfleet/offline), keyed by
 # the suite and the host's extra CA certificates; the import is skipped when the image exists
@@ -10,7 +10,7 @@
 # re-signs registry traffic) are trusted in this base only, so pip/apt over https work in
 # image builds. The upstream path (pinned python/spark bases) never sees them.
 set -euo pipefail
-TAG=${TAG:-popfleet.popfleet.local/debian:bookworm}
+TAG=${TAG:-popfleet.local/debian:bookworm}
 CACHE=${CACHE:-$HOME/.cache/popfleet/offline}
 SUITE=bookworm
 cas=$(cat /usr/local/share/ca-certificates/*.crt 2>/dev/null | sha256sum | cut -c1-12)

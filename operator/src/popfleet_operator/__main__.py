@@ -18,9 +18,21 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 
 import kopf
+from kopf._core.engines.peering import Identity  # kopf.run's type, not re-exported
+
+
+def identity() -> Identity:
+    """This replica's name for kopf's peering: the pod's host name and the process.
+
+    Given explicitly because kopf's default asks the OS for the user name, which fails (and
+    crashed the operator at start) under a UID with no passwd entry, as clusters that assign
+    random UIDs run it.
+    """
+    return Identity(f"{socket.gethostname()}/{os.getpid()}")
 
 
 def main() -> int:
@@ -48,6 +60,7 @@ def main() -> int:
         peering_name=peering or None,
         priority=int(os.environ.get("POPFLEET_PRIORITY", "0")),
         liveness_endpoint=f"http://{health}/healthz" if health else None,
+        identity=identity(),
     )
     return 0
 
