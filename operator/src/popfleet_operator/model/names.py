@@ -52,6 +52,12 @@ MANAGED = f"{GROUP}/managed"  # "false": never touch the brokers for this object
 CONFIG_HASH = f"{GROUP}/config-hash"  # on the pod template: rolls the pods on a settings change
 BROKERS = f"{GROUP}/brokers"  # set by the operator on Topics/ConsumerGroups: brokers changed
 PODS = f"{GROUP}/pods"  # set by the operator on a BrokerCluster: its pods changed
+# On the StatefulSet (not its template): a hash of the pod template the operator last applied,
+# so a round can tell that its apply changes the template (a rollout starts) before the
+# StatefulSet controller has computed the new revision.
+TEMPLATE_HASH = f"{GROUP}/template-hash"
+# Set by the StatefulSet controller on each pod: the controller revision the pod was made from.
+LABEL_REVISION = "controller-revision-hash"
 
 
 def statefulset(cluster: str) -> str:

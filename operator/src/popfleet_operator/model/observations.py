@@ -10,16 +10,47 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True, slots=True)
 class BrokerPod:
-    """One broker pod as the Kubernetes API shows it."""
+    """One broker pod as the Kubernetes API shows it.
+
+    ``revision`` is the StatefulSet controller revision the pod was made from (its
+    ``controller-revision-hash`` label); ``created_s`` its creation time (Unix seconds);
+    ``problem`` a container that cannot run (``"store: ErrImagePull"``), "" when none.
+    """
 
     name: str
     ordinal: int
     pod_ip: str | None
     ready: bool
     terminating: bool = False
+    revision: str = ""
+    created_s: float | None = None
+    problem: str = ""
 
     def endpoint(self, port: int) -> str | None:
         return f"{self.pod_ip}:{port}" if self.pod_ip else None
+
+
+@dataclass(frozen=True, slots=True)
+class StatefulSetState:
+    """The broker StatefulSet as the API shows it: what the rollout rule reads.
+
+    ``partition`` is ``spec.updateStrategy.rollingUpdate.partition`` (0 when unset);
+    ``current_revision``/``update_revision`` come from ``status`` and are only meaningful
+    when :attr:`status_current` (the controller has seen the latest spec); ``template_hash``
+    is the operator's annotation for the pod template it last applied.
+    """
+
+    replicas: int
+    partition: int
+    generation: int
+    observed_generation: int
+    current_revision: str
+    update_revision: str
+    template_hash: str
+
+    @property
+    def status_current(self) -> bool:
+        return bool(self.update_revision) and self.observed_generation >= self.generation
 
 
 @dataclass(frozen=True, slots=True)

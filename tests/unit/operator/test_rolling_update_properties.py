@@ -1,0 +1,241 @@
+"""Properties of the rolling-update rule (hypothesis).
+
+1. On any observation, the partition the rule writes never lowers past a pod that is not
+   confirmed, admits at most one pod off the update revision at a time, takes a Ready broker
+   down only when every other broker is Ready, and never rises over a pod (or a new ordinal)
+   that the StatefulSet controller would roll back.
+2. Against a model of the StatefulSet controller (Parallel pods, RollingUpdate with a
+   partition, highest ordinal first, waiting for each replaced pod to be Ready) and any
+   interleaving of controller, kubelet and operator steps: at most one broker is away at any
+   time, no pod is ever recreated at the old revision after the new one, a revision whose
+   pods never become Ready takes down exactly one broker, and a good one ends with every pod
+   updated and the partition at 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from popfleet_operator.model.observations import BrokerPod, StatefulSetState
+from popfleet_operator.planning import rollout
+
+REVISIONS = ("A", "B", "C")
+
+
+@st.composite
+def observations(
+    draw: st.DrawFn,
+) -> tuple[int, StatefulSetState, bool, list[BrokerPod], dict[str, str]]:
+    replicas = draw(st.integers(1, 5))
+    state = StatefulSetState(
+        replicas=draw(st.integers(1, 5)),
+        partition=draw(st.integers(0, 6)),
+        generation=5,
+        observed_generation=draw(st.sampled_from([4, 5])),
+        current_revision="A",
+        update_revision=draw(st.sampled_from(["A", "B"])),
+        template_hash="h",
+    )
+    pods = []
+    health = {}
+    for ordinal in range(max(replicas, state.replicas) + 1):
+        if not draw(st.booleans()):
+            continue
+        pod = BrokerPod(
+            f"demo-{ordinal}",
+            ordinal,
+            "127.0.1.9",
+            ready=draw(st.booleans()),
+            terminating=draw(st.booleans()),
+            revision=draw(st.sampled_from(REVISIONS)),
+        )
+        pods.append(pod)
+        if draw(st.booleans()):
+            health[pod.name] = draw(st.sampled_from(["", "admin API not answering"]))
+    return replicas, state, draw(st.booleans()), pods, health
+
+
+@settings(max_examples=400, deadline=None)
+@given(observations())
+def test_the_rule_admits_one_confirmed_step_and_never_rolls_back(
+    case: tuple[int, StatefulSetState, bool, list[BrokerPod], dict[str, str]],
+) -> None:
+    replicas, state, changed, pods, health = case
+    got = rollout.plan(
+        cluster="demo",
+        replicas=replicas,
+        sts=state,
+        template_changed=changed,
+        pods=pods,
+        health=health,
+        now_s=0.0,
+    )
+    new, old = got.partition, state.partition
+    assert new >= 0
+    if not changed and not state.status_current:
+        assert new == old
+        return
+    update = "" if changed else state.update_revision
+    by_ordinal = {p.ordinal: p for p in pods if p.ordinal < replicas}
+    settled = all(p.revision == update for p in by_ordinal.values())
+    if not changed and state.current_revision == update and settled:
+        assert (new, got.rolling) == (0, False)  # nothing to roll: nothing is gated
+        return
+    if new < old:
+        for ordinal in range(new + 1, replicas):
+            pod = by_ordinal.get(ordinal)
+            assert pod is not None and rollout.confirmed(pod, update, health), ordinal
+        admitted = [
+            by_ordinal[o]
+            for o in range(new, min(old, replicas))
+            if o in by_ordinal and by_ordinal[o].revision != update
+        ]
+        assert len(admitted) <= 1
+        if admitted and admitted[0].ready and not admitted[0].terminating:
+            for ordinal in range(replicas):
+                if ordinal != admitted[0].ordinal:
+                    pod = by_ordinal.get(ordinal)
+                    assert pod is not None and pod.ready and not pod.terminating
+    if new > old:
+        for ordinal in range(old, min(new, replicas)):
+            pod = by_ordinal.get(ordinal)
+            assert pod is None or pod.revision == state.current_revision
+            assert ordinal < state.replicas
+
+
+@dataclass
+class SimPod:
+    revision: str
+    phase: str  # "starting", "ready" or "terminating"
+
+
+@dataclass
+class World:
+    """A StatefulSet controller, a kubelet and the operator's rule, stepped one at a time."""
+
+    replicas: int
+    bad: bool  # revision B never becomes Ready (its store cannot start)
+    partition: int = 0
+    current: str = "A"
+    update: str = "A"
+    template_hash: str = "old"
+    pods: dict[int, SimPod] = field(default_factory=dict)
+    created: dict[int, list[str]] = field(default_factory=dict)  # revisions, in order
+    worst_away: int = 0
+
+    def __post_init__(self) -> None:
+        for ordinal in range(self.replicas):
+            self.pods[ordinal] = SimPod("A", "ready")
+            self.created[ordinal] = ["A"]
+
+    def broker_pods(self) -> list[BrokerPod]:
+        return [
+            BrokerPod(
+                f"demo-{o}",
+                o,
+                "127.0.1.9",
+                ready=p.phase == "ready",
+                terminating=p.phase == "terminating",
+                revision=p.revision,
+                problem="store: CrashLoopBackOff (3 restarts)"
+                if self.bad and p.revision == "B" and p.phase == "starting"
+                else "",
+            )
+            for o, p in sorted(self.pods.items())
+        ]
+
+    def operator(self, template_hash: str = "new") -> rollout.RolloutPlan:
+        changed = template_hash != self.template_hash
+        state = StatefulSetState(
+            self.replicas, self.partition, 1, 1, self.current, self.update, self.template_hash
+        )
+        pods = self.broker_pods()
+        got = rollout.plan(
+            cluster="demo",
+            replicas=self.replicas,
+            sts=state,
+            template_changed=changed,
+            pods=pods,
+            health={p.name: "" for p in pods if p.ready},
+            now_s=0.0,
+        )
+        self.partition = got.partition
+        if changed:  # the apply writes the new template and the partition at once
+            self.template_hash, self.update = template_hash, "B"
+        return got
+
+    def controller(self) -> None:
+        for ordinal in range(self.replicas):
+            if ordinal not in self.pods:
+                revision = self.current if ordinal < self.partition else self.update
+                self.pods[ordinal] = SimPod(revision, "starting")
+                self.created[ordinal].append(revision)
+        for ordinal in range(self.replicas - 1, self.partition - 1, -1):
+            pod = self.pods[ordinal]
+            if pod.revision != self.update and pod.phase != "terminating":
+                pod.phase = "terminating"
+                break
+            if pod.phase != "ready":
+                break
+        if all(p.revision == self.update and p.phase == "ready" for p in self.pods.values()):
+            self.current = self.update
+
+    def kubelet(self, ordinal: int) -> None:
+        pod = self.pods.get(ordinal)
+        if pod is None:
+            return
+        if pod.phase == "terminating":
+            del self.pods[ordinal]
+        elif pod.phase == "starting" and not (self.bad and pod.revision == "B"):
+            pod.phase = "ready"
+
+    def step(self, kind: str, ordinal: int) -> None:
+        if kind == "operator":
+            self.operator()
+        elif kind == "controller":
+            self.controller()
+        else:
+            self.kubelet(ordinal % self.replicas)
+        away = sum(
+            1 for o in range(self.replicas) if o not in self.pods or self.pods[o].phase != "ready"
+        )
+        self.worst_away = max(self.worst_away, away)
+
+
+STEPS = st.lists(
+    st.tuples(st.sampled_from(["operator", "controller", "kubelet"]), st.integers(0, 4)),
+    max_size=120,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 5), st.booleans(), STEPS)
+def test_any_interleaving_keeps_one_broker_away_and_finishes(
+    replicas: int, bad: bool, steps: list[tuple[str, int]]
+) -> None:
+    world = World(replicas, bad)
+    world.operator("new")  # the round whose apply changes the template
+    for kind, ordinal in steps:
+        world.step(kind, ordinal)
+        assert world.worst_away <= 1
+    for _ in range(4 * replicas + 4):  # then every party keeps acting, fairly
+        world.step("operator", 0)
+        world.step("controller", 0)
+        for ordinal in range(replicas):
+            world.step("kubelet", ordinal)
+    assert world.worst_away <= 1
+    for revisions in world.created.values():
+        assert "A" not in revisions[revisions.index("B") :] if "B" in revisions else True
+    final = world.operator()
+    if bad:
+        top = replicas - 1
+        assert [world.created[o] for o in range(top)] == [["A"]] * top
+        assert world.created[top] == ["A", "B"]
+        assert final.partition == top and final.stuck.startswith(f"demo-{top} is not healthy")
+    else:
+        assert {p.revision for p in world.pods.values()} == {"B"}
+        assert all(p.phase == "ready" for p in world.pods.values())
+        assert (final.partition, final.rolling, world.current) == (0, False, "B")
