@@ -176,6 +176,7 @@ def smoke_operator(image: str, uid: int, tag: str, kubeconfig: Path) -> str:
     port = free_port()
     name = f"popfleet-smoke-operator-{tag}"
     with tempfile.TemporaryDirectory(prefix="popfleet-smoke-") as kube, containers() as started:
+        Path(kube).chmod(0o755)  # the container's random UID must read the kubeconfig
         config = Path(kube) / "config"
         config.write_text(kubeconfig.read_text())
         config.chmod(0o644)
