@@ -10,7 +10,7 @@ from popfleet_operator.model import names, specs
 
 
 def sts(owner: specs.ObjectRef, spec: specs.ClusterSpec, replicas: int = 3) -> dict[str, Any]:
-    return statefulsets.build(owner, spec, replicas=replicas, config_hash="h")
+    return statefulsets.build(owner, spec, replicas=replicas, config_hash="h", partition=0)
 
 
 def test_three_role_containers_share_the_volume_and_socket(owner: specs.ObjectRef) -> None:
@@ -78,7 +78,7 @@ def test_selector_is_stable_and_labels_are_standard(owner: specs.ObjectRef) -> N
 
 
 def test_every_child_is_owned_by_the_cluster(owner: specs.ObjectRef) -> None:
-    children = builders.children(owner, specs.parse_cluster({}), replicas=3)
+    children = builders.children(owner, specs.parse_cluster({}), replicas=3, partition=0)
     kinds = [c["kind"] for c in children]
     assert kinds == [
         "ServiceAccount",
@@ -103,7 +103,9 @@ def test_every_child_is_owned_by_the_cluster(owner: specs.ObjectRef) -> None:
 
 
 def test_headless_service_publishes_not_ready_brokers(owner: specs.ObjectRef) -> None:
-    headless, client = builders.children(owner, specs.parse_cluster({}), replicas=1)[2:4]
+    headless, client = builders.children(owner, specs.parse_cluster({}), replicas=1, partition=0)[
+        2:4
+    ]
     assert headless["metadata"]["name"] == "demo-brokers"
     assert headless["spec"]["clusterIP"] == "None"
     assert headless["spec"]["publishNotReadyAddresses"] is True
@@ -111,7 +113,7 @@ def test_headless_service_publishes_not_ready_brokers(owner: specs.ObjectRef) ->
 
 
 def test_network_policy_opens_admin_port_to_operator_only(owner: specs.ObjectRef) -> None:
-    policy = builders.children(owner, specs.parse_cluster({}), replicas=1)[5]
+    policy = builders.children(owner, specs.parse_cluster({}), replicas=1, partition=0)[5]
     client_rule, admin_rule, metrics_rule = policy["spec"]["ingress"]
     assert "from" not in client_rule
     assert "from" not in metrics_rule  # Prometheus may scrape from any namespace
@@ -126,6 +128,6 @@ def test_config_change_changes_the_pod_template_hash(owner: specs.ObjectRef) -> 
         configmaps.build(owner, specs.parse_cluster({"pop": {"ckMaxBufferSize": 5}}))
     )
     assert one != two
-    children = builders.children(owner, specs.parse_cluster({}), replicas=1)
+    children = builders.children(owner, specs.parse_cluster({}), replicas=1, partition=0)
     template = children[-1]["spec"]["template"]["metadata"]["annotations"]
     assert template[names.CONFIG_HASH] == one

@@ -11,7 +11,9 @@ from popfleet_operator.model import names, specs
 
 
 def pod(owner: specs.ObjectRef, raw: dict[str, Any]) -> dict[str, Any]:
-    manifest = statefulsets.build(owner, specs.parse_cluster(raw), replicas=1, config_hash="h")
+    manifest = statefulsets.build(
+        owner, specs.parse_cluster(raw), replicas=1, config_hash="h", partition=0
+    )
     template: dict[str, Any] = manifest["spec"]["template"]
     return template
 

@@ -19,7 +19,9 @@ from popfleet_operator.builders import (
 from popfleet_operator.model.specs import ClusterSpec, ObjectRef
 
 
-def children(owner: ObjectRef, spec: ClusterSpec, *, replicas: int) -> list[dict[str, Any]]:
+def children(
+    owner: ObjectRef, spec: ClusterSpec, *, replicas: int, partition: int
+) -> list[dict[str, Any]]:
     config = configmaps.build(owner, spec)
     return [
         serviceaccounts.build(owner),
@@ -29,6 +31,16 @@ def children(owner: ObjectRef, spec: ClusterSpec, *, replicas: int) -> list[dict
         poddisruptionbudgets.build(owner),
         networkpolicies.build(owner),
         statefulsets.build(
-            owner, spec, replicas=replicas, config_hash=configmaps.content_hash(config)
+            owner,
+            spec,
+            replicas=replicas,
+            config_hash=configmaps.content_hash(config),
+            partition=partition,
         ),
     ]
+
+
+def pod_template_hash(owner: ObjectRef, spec: ClusterSpec) -> str:
+    """The template hash the StatefulSet built from ``spec`` carries (see statefulsets)."""
+    config_hash = configmaps.content_hash(configmaps.build(owner, spec))
+    return statefulsets.template_hash(statefulsets.template(owner, spec, config_hash=config_hash))

@@ -19,10 +19,14 @@ popack and revive exit when the store socket is not there yet; the restart back-
 the first second of a pod's life. Every container runs as a non-root user on a read-only
 root filesystem with no capabilities; the only writable paths are the data volume and an
 emptyDir ``/tmp``. Pods start in parallel (brokers do not depend on each other).
+
+Updates roll one pod at a time under the operator's control: ``rollingUpdate.partition``
+comes from ``planning.rollout`` every round (0 on creation and when nothing is rolling).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -228,49 +232,71 @@ def _claim(spec: ClusterSpec) -> dict[str, Any]:
     return {"metadata": {"name": "data"}, "spec": claim_spec}
 
 
+def template(owner: ObjectRef, spec: ClusterSpec, *, config_hash: str) -> dict[str, Any]:
+    """The pod template: any change of it is a new controller revision (a rolling update)."""
+    return {
+        "metadata": {
+            "labels": names.labels(owner.name),
+            "annotations": _pod_annotations(config_hash),
+        },
+        "spec": {
+            "serviceAccountName": names.service_account(owner.name),
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": GRACE_S,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": names.BROKER_UID,
+                "runAsGroup": names.BROKER_UID,
+                "fsGroup": names.BROKER_UID,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [
+                store_container(owner, spec),
+                popack_container(spec),
+                revive_container(spec),
+            ],
+            "volumes": _volumes(owner, spec),
+        },
+    }
+
+
+def template_hash(pod_template: dict[str, Any]) -> str:
+    """A stable digest of the pod template as the operator builds it (key order ignored)."""
+    canonical = json.dumps(pod_template, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
 def build(
-    owner: ObjectRef, spec: ClusterSpec, *, replicas: int, config_hash: str
+    owner: ObjectRef, spec: ClusterSpec, *, replicas: int, config_hash: str, partition: int
 ) -> dict[str, Any]:
-    """The StatefulSet with ``replicas`` pods (planning decides it; see scaling)."""
-    pod_labels = names.labels(owner.name)
+    """The StatefulSet with ``replicas`` pods (planning decides it; see scaling).
+
+    ``partition`` (planning.rollout decides it) gates rolling updates: the StatefulSet
+    controller replaces only pods whose ordinal is >= it. The StatefulSet's own annotation
+    ``popfleet.io/template-hash`` records which pod template this is, so the next round
+    knows whether its apply changes the template.
+    """
+    pod_template = template(owner, spec, config_hash=config_hash)
+    metadata = meta.object_meta(owner, names.statefulset(owner.name))
+    metadata["annotations"] = {names.TEMPLATE_HASH: template_hash(pod_template)}
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": meta.object_meta(owner, names.statefulset(owner.name)),
+        "metadata": metadata,
         "spec": {
             "replicas": replicas,
             "serviceName": names.headless_service(owner.name),
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            "updateStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {"partition": partition},
+            },
             "selector": {"matchLabels": names.selector_labels(owner.name)},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": "Retain",
                 "whenScaled": "Retain",
             },
-            "template": {
-                "metadata": {
-                    "labels": pod_labels,
-                    "annotations": _pod_annotations(config_hash),
-                },
-                "spec": {
-                    "serviceAccountName": names.service_account(owner.name),
-                    "automountServiceAccountToken": False,
-                    "terminationGracePeriodSeconds": GRACE_S,
-                    "securityContext": {
-                        "runAsNonRoot": True,
-                        "runAsUser": names.BROKER_UID,
-                        "runAsGroup": names.BROKER_UID,
-                        "fsGroup": names.BROKER_UID,
-                        "seccompProfile": {"type": "RuntimeDefault"},
-                    },
-                    "containers": [
-                        store_container(owner, spec),
-                        popack_container(spec),
-                        revive_container(spec),
-                    ],
-                    "volumes": _volumes(owner, spec),
-                },
-            },
+            "template": pod_template,
             "volumeClaimTemplates": [_claim(spec)],
         },
     }

@@ -1,18 +1,25 @@
-"""BrokerCluster: children, replicas, membership and status, as named steps.
+"""BrokerCluster: children, replicas, membership, rolling updates and status, as named steps.
 
-``reconcile`` runs on create/update/resume and on every resync tick (level-based):
+``reconcile`` runs on create/update/resume, on every resync tick (level-based) and whenever
+a broker pod changes (``pod_changed`` wakes it):
 
 1. ``paused``: leave everything as it is and say so;
 2. ``parse``: the spec, or ``InvalidSpec`` -> ``PermanentError`` with a condition;
-3. ``observe``: StatefulSet replicas, broker pods, their admin APIs (config epochs);
+3. ``observe``: the StatefulSet (replicas, partition, revisions), broker pods, their admin
+   APIs (config epochs);
 4. ``plan_replicas``: scale-down only when the leaving brokers hold no backlog;
-5. ``apply_children``: server-side apply of every child (owner references set);
-6. ``push_members``: the member list (pod IP endpoints) to every reachable broker;
-7. ``report``: status, conditions, Events for transitions, metrics.
+5. ``push_members``: the member list (pod IP endpoints) to every reachable broker;
+6. ``plan_rollout``: the StatefulSet's update partition (``planning.rollout``): pods are
+   replaced one at a time, each only after the one before came back Ready and re-applied;
+7. ``apply_children``: server-side apply of every child (owner references set), the
+   StatefulSet with this round's partition;
+8. ``report``: status, conditions, Events for transitions (rollout steps included), metrics.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -23,7 +30,7 @@ from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime
 from popfleet_operator.model import names, specs
 from popfleet_operator.model.observations import BrokerInfo, BrokerPod
-from popfleet_operator.planning import membership, scaling
+from popfleet_operator.planning import membership, rollout, scaling
 from popfleet_operator.status import clusters as cluster_status
 from popfleet_operator.status import conditions as c
 
@@ -46,11 +53,97 @@ async def plan_replicas(
     return scaling.plan(current=current, desired=desired, backlog=backlog)
 
 
+def plan_rollout(
+    ref: specs.ObjectRef,
+    spec: specs.ClusterSpec,
+    sts: Mapping[str, Any] | None,
+    *,
+    replicas: int,
+    pods: list[BrokerPod],
+    health: Mapping[str, str],
+) -> rollout.RolloutPlan:
+    """The partition to apply: is the template changing, and where is the rollout?"""
+    state = runtime.statefulset_state(sts)
+    changed = state is not None and state.template_hash != builders.pod_template_hash(ref, spec)
+    return rollout.plan(
+        cluster=ref.name,
+        replicas=replicas,
+        sts=state,
+        template_changed=changed,
+        pods=pods,
+        health=health,
+        now_s=time.time(),
+        ready_timeout_s=runtime.ROLLOUT_READY_TIMEOUT_S,
+    )
+
+
 async def apply_children(
-    rt: runtime.Runtime, ref: specs.ObjectRef, spec: specs.ClusterSpec, replicas: int
+    rt: runtime.Runtime,
+    ref: specs.ObjectRef,
+    spec: specs.ClusterSpec,
+    *,
+    replicas: int,
+    partition: int,
 ) -> None:
-    for child in builders.children(ref, spec, replicas=replicas):
+    for child in builders.children(ref, spec, replicas=replicas, partition=partition):
         await rt.kube.apply(child)
+
+
+def rollout_status(
+    plan: rollout.RolloutPlan, *, replicas: int, previous: Mapping[str, Any] | None
+) -> dict[str, Any] | None:
+    """``status.rollout`` while a rolling update is under way, None (removed) after it."""
+    if not plan.rolling:
+        return None
+    revision = plan.update_revision or str((previous or {}).get("updateRevision") or "")
+    return {
+        "partition": plan.partition,
+        "updatedBrokers": f"{plan.updated}/{replicas}",
+        "updateRevision": revision,
+        "message": plan.message,
+    }
+
+
+def report_rollout(
+    body: kopf.Body,
+    plan: rollout.RolloutPlan,
+    *,
+    replicas: int,
+    previous: Mapping[str, Any] | None,
+    template_hash_known: bool,
+) -> None:
+    """Events: a rollout starts, the partition moves past a broker, it is stuck, it is over.
+
+    ``previous`` is the ``status.rollout`` of the last round (None: no rollout then).
+    """
+    if plan.template_changed and template_hash_known:
+        kopf.event(
+            body,
+            type="Normal",
+            reason=c.ROLLING_UPDATE,
+            message="pod template changed: brokers restart one at a time, highest ordinal "
+            "first, each Ready and re-applied before the next goes down",
+        )
+    for broker in plan.passed:
+        then = f"; next {plan.next}" if plan.next else ""
+        kopf.event(
+            body,
+            type="Normal",
+            reason=c.BROKER_UPDATED,
+            message=f"{broker} updated, Ready and re-applied{then}",
+        )
+    old_conditions = (body.get("status") or {}).get("conditions") or []
+    degraded = c.find(old_conditions, c.DEGRADED) or {}
+    if plan.stuck and degraded.get("reason") != c.ROLLOUT_STUCK:
+        kopf.warn(body, reason=c.ROLLOUT_STUCK, message=f"{plan.stuck}; rollout stopped")
+    if previous and previous.get("updateRevision") and not plan.rolling:
+        kopf.event(
+            body,
+            type="Normal",
+            reason=c.ROLLOUT_COMPLETE,
+            message=f"all {replicas} brokers updated, Ready and re-applied "
+            f"(revision {previous['updateRevision']})",
+        )
 
 
 def report(
@@ -61,6 +154,8 @@ def report(
     infos: list[BrokerInfo],
     plan: scaling.ScalePlan,
     member_errors: dict[str, str],
+    rolling: rollout.RolloutPlan,
+    template_hash_known: bool,
 ) -> list[c.Condition]:
     ref = specs.ObjectRef.from_body(KIND, body)
     expected = [i for i in infos if i.pod.ordinal < max(spec.brokers, plan.replicas)]
@@ -76,8 +171,26 @@ def report(
     ]
     ready = cluster_status.ready_count(with_errors, desired=spec.brokers)
     conditions = cluster_status.cluster_conditions(
-        with_errors, desired=spec.brokers, replicas=plan.replicas, blocked=plan.blocked
+        with_errors,
+        desired=spec.brokers,
+        replicas=plan.replicas,
+        blocked=plan.blocked,
+        rollout=rolling.message if rolling.rolling else "",
+        stuck=rolling.stuck,
     )
+    previous_rollout = (body.get("status") or {}).get("rollout")
+    report_rollout(
+        body,
+        rolling,
+        replicas=plan.replicas,
+        previous=previous_rollout,
+        template_hash_known=template_hash_known,
+    )
+    rollout_fields: dict[str, Any] = {}
+    if rolling.rolling or previous_rollout:
+        rollout_fields["rollout"] = rollout_status(
+            rolling, replicas=plan.replicas, previous=previous_rollout
+        )
     previous = (body.get("status") or {}).get("brokers") or []
     for broker, old, new in runtime.epoch_changes(
         previous, {i.pod.name: i.config_epoch for i in with_errors}
@@ -101,6 +214,7 @@ def report(
         readyBrokers=ready,
         brokersReady=f"{ready}/{spec.brokers}",
         brokers=entries,
+        **rollout_fields,
     )
     metrics.READY_BROKERS.labels(ref.namespace, ref.name).set(ready)
     return conditions
@@ -160,7 +274,6 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
     current = int(sts["spec"]["replicas"]) if sts else None
     pods = await runtime.broker_pods(rt.kube, ref.namespace, ref.name)
     plan = await plan_replicas(rt, current=current, desired=spec.brokers, pods=pods, token=token)
-    await apply_children(rt, ref, spec, plan.replicas)
     members_pods = [p for p in pods if p.ordinal < plan.replicas]
     admins = rt.pool.for_pods(members_pods, token)
     infos = await fanout.observe(members_pods, admins)
@@ -168,8 +281,25 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
     member_errors = await fanout.push_members(
         reachable, membership.desired_members(members_pods, replicas=plan.replicas)
     )
+    rolling = plan_rollout(
+        ref,
+        spec,
+        sts,
+        replicas=plan.replicas,
+        pods=pods,
+        health=rollout.broker_health(infos, member_errors),
+    )
+    await apply_children(rt, ref, spec, replicas=plan.replicas, partition=rolling.partition)
+    known = bool(sts and (sts["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH))
     conditions = report(
-        body=body, patch=patch, spec=spec, infos=infos, plan=plan, member_errors=member_errors
+        body=body,
+        patch=patch,
+        spec=spec,
+        infos=infos,
+        plan=plan,
+        member_errors=member_errors,
+        rolling=rolling,
+        template_hash_known=known,
     )
     await poke_dependents(rt, body, patch.status["brokers"])
     return conditions

@@ -22,13 +22,16 @@ from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.errors import KubeError, SecretNotFound
 from popfleet_operator.handlers import metrics
 from popfleet_operator.model import names
-from popfleet_operator.model.observations import BrokerPod
+from popfleet_operator.model.observations import BrokerPod, StatefulSetState
 from popfleet_operator.model.specs import ClusterSpec
 from popfleet_operator.planning import backoff
 from popfleet_operator.status import conditions as c
 
 RESYNC_S = float(os.environ.get("POPFLEET_RESYNC_INTERVAL_S", "30"))
 ADMIN_TIMEOUT_S = float(os.environ.get("POPFLEET_ADMIN_TIMEOUT_S", "5"))
+# How long an updated broker pod may take to be Ready and re-applied before a rolling update
+# is reported stuck (the store's startup probe alone allows 300 s).
+ROLLOUT_READY_TIMEOUT_S = float(os.environ.get("POPFLEET_ROLLOUT_READY_TIMEOUT_S", "600"))
 
 
 @dataclass
@@ -142,8 +145,38 @@ async def admin_token(kube: kube_client.Kube, namespace: str, spec: ClusterSpec)
     return base64.b64decode(value).decode().strip()
 
 
+# Container waiting reasons of a pod that is still starting normally. popack and revive exit
+# until the store's socket exists, so a young pod shows a CrashLoopBackOff or two: only
+# CRASH_LOOP_RESTARTS restarts of one container make it a problem.
+_STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+CRASH_LOOP_RESTARTS = 3
+
+
+def _problem(status: Mapping[str, Any]) -> str:
+    """The first container that cannot run (image, config, crash loop), "" when none."""
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        restarts = int(container.get("restartCount") or 0)
+        if not reason or reason in _STARTING:
+            continue
+        if reason == "CrashLoopBackOff" and restarts < CRASH_LOOP_RESTARTS:
+            continue
+        detail = f"{restarts} restarts" if reason == "CrashLoopBackOff" else ""
+        detail = detail or str(waiting.get("message") or "")[:200]
+        return f"{container.get('name')}: {reason}" + (f" ({detail})" if detail else "")
+    return ""
+
+
+def _timestamp_s(value: object) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
 def broker_pod(cluster: str, pod: Mapping[str, Any]) -> BrokerPod | None:
-    name = str(pod["metadata"]["name"])
+    meta = pod["metadata"]
+    name = str(meta["name"])
     ordinal = names.ordinal(cluster, name)
     if ordinal is None:
         return None
@@ -154,7 +187,27 @@ def broker_pod(cluster: str, pod: Mapping[str, Any]) -> BrokerPod | None:
         ordinal=ordinal,
         pod_ip=status.get("podIP") or None,
         ready=any(x.get("type") == "Ready" and x.get("status") == "True" for x in conditions),
-        terminating=bool(pod["metadata"].get("deletionTimestamp")),
+        terminating=bool(meta.get("deletionTimestamp")),
+        revision=str((meta.get("labels") or {}).get(names.LABEL_REVISION, "")),
+        created_s=_timestamp_s(meta.get("creationTimestamp")),
+        problem=_problem(status),
+    )
+
+
+def statefulset_state(sts: Mapping[str, Any] | None) -> StatefulSetState | None:
+    """The broker StatefulSet's replicas, partition, revisions and template hash."""
+    if sts is None:
+        return None
+    meta, spec, status = sts["metadata"], sts.get("spec") or {}, sts.get("status") or {}
+    rolling = (spec.get("updateStrategy") or {}).get("rollingUpdate") or {}
+    return StatefulSetState(
+        replicas=int(spec.get("replicas", 1)),
+        partition=int(rolling.get("partition") or 0),
+        generation=int(meta.get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
+        current_revision=str(status.get("currentRevision") or ""),
+        update_revision=str(status.get("updateRevision") or ""),
+        template_hash=str((meta.get("annotations") or {}).get(names.TEMPLATE_HASH, "")),
     )
 
 

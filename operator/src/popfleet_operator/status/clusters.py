@@ -44,15 +44,33 @@ def ready_count(infos: Sequence[BrokerInfo], *, desired: int) -> int:
 
 
 def cluster_conditions(
-    infos: Sequence[BrokerInfo], *, desired: int, replicas: int, blocked: str = ""
+    infos: Sequence[BrokerInfo],
+    *,
+    desired: int,
+    replicas: int,
+    blocked: str = "",
+    rollout: str = "",
+    stuck: str = "",
 ) -> list[c.Condition]:
-    """``replicas`` is what the StatefulSet was given (differs from ``desired`` while blocked)."""
+    """``replicas`` is what the StatefulSet was given (differs from ``desired`` while blocked).
+
+    ``rollout`` describes a rolling update under way ("" when none): the cluster is not
+    Ready until it is over (``kubectl wait --for=condition=Ready`` waits for the rollout),
+    and ``Reconciling`` says where it is. ``stuck`` says why it stopped (``Degraded``).
+    """
     ready = ready_count(infos, desired=desired)
-    unreachable = sorted(i.pod.name for i in infos if i.pod.ready and not i.reachable)
+    # A terminating pod is not asked (it is leaving: scale-down, rolling update, eviction).
+    unreachable = sorted(
+        i.pod.name for i in infos if i.pod.ready and not i.pod.terminating and not i.reachable
+    )
     all_ready = ready == desired and replicas == desired
-    if all_ready:
+    if all_ready and not rollout:
         ready_cond = c.Condition(
             c.READY, True, c.ALL_BROKERS_READY, f"{ready}/{desired} brokers ready"
+        )
+    elif rollout:
+        ready_cond = c.Condition(
+            c.READY, False, c.ROLLING_UPDATE, f"{ready}/{desired} brokers ready; rolling update"
         )
     else:
         ready_cond = c.Condition(
@@ -60,13 +78,17 @@ def cluster_conditions(
         )
     if blocked:
         reconciling = c.Condition(c.RECONCILING, True, c.SCALE_DOWN_BLOCKED, blocked)
+    elif rollout:
+        reconciling = c.Condition(c.RECONCILING, True, c.ROLLING_UPDATE, rollout)
     elif not all_ready:
         reconciling = c.Condition(
             c.RECONCILING, True, c.SCALING, f"{ready}/{desired} brokers ready"
         )
     else:
         reconciling = c.Condition(c.RECONCILING, False, c.RECONCILED)
-    if unreachable:
+    if stuck:
+        degraded = c.Condition(c.DEGRADED, True, c.ROLLOUT_STUCK, stuck)
+    elif unreachable:
         degraded = c.Condition(
             c.DEGRADED,
             True,
@@ -96,6 +118,9 @@ def fingerprint(entries: Sequence[Mapping[str, Any]]) -> str:
 
 
 def pods_fingerprint(pods: Sequence[BrokerPod]) -> str:
-    """The broker pods as far as the cluster reconciler cares: name, IP, ready, leaving."""
-    key = sorted((p.name, p.pod_ip or "", p.ready, p.terminating) for p in pods)
+    """The broker pods as far as the cluster reconciler cares: name, IP, ready, leaving,
+    revision (a rolling update moves on when a pod comes back) and a container problem."""
+    key = sorted(
+        (p.name, p.pod_ip or "", p.ready, p.terminating, p.revision, p.problem) for p in pods
+    )
     return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
