@@ -7,8 +7,9 @@ operator, port-forwards to it, and sets ``grpc_proxy`` for the test process, so 
 channel (the official client's and the admin client's) is tunnelled through that pod.
 
 Standard library only (it runs in the operator image). Only ``CONNECT`` to IPs in
-``ALLOW_CIDR`` is accepted; anything else is answered 403 (or 405/400) and closed. Each
-request is logged on one line (what was asked, the answer).
+``ALLOW_CIDR`` (one network or several, comma-separated: the pod network, and the service
+network for the brokers' client Service) is accepted; anything else is answered 403 (or
+405/400) and closed. Each request is logged on one line (what was asked, the answer).
 
 Targets gRPC sends (``target_of`` parses them all; ports 1-65535, hosts IP literals only):
 
@@ -23,7 +24,7 @@ Targets gRPC sends (``target_of`` parses them all; ports 1-65535, hosts IP liter
 Every address of a list must be in ``ALLOW_CIDR`` (else 403: one bad address refuses the
 request); they are tried in order and the first that accepts is the tunnel's (502 if none).
 
-    ALLOW_CIDR=10.244.0.0/16 LISTEN=0.0.0.0:3128 python connect_proxy.py
+    ALLOW_CIDR=10.244.0.0/16,10.96.0.0/16 LISTEN=0.0.0.0:3128 python connect_proxy.py
 """
 
 from __future__ import annotations
@@ -41,6 +42,28 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Target = tuple[str, int]  # (IP literal, port)
 
 
+class Networks(tuple[Network, ...]):
+    """Several networks (``ALLOW_CIDR=a,b``: the pod and the service network); an address is
+    ``in`` them when it is in any one."""
+
+    def __contains__(self, address: object) -> bool:
+        return any(address in network for network in tuple.__iter__(self))
+
+    def __str__(self) -> str:
+        return ",".join(str(network) for network in tuple.__iter__(self))
+
+
+def parse_networks(text: str) -> Networks:
+    """``10.244.0.0/16,10.96.0.0/16`` -> Networks; ValueError for anything else."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise ValueError("no network given")
+    return Networks(ipaddress.ip_network(part) for part in parts)
+
+
+Allowed = Network | Networks
+
+
 def _closing_bracket(text: str) -> int:
     """Index of the ``]`` that closes the ``[`` at ``text[0]``; -1 if it is never closed."""
     depth = 0
@@ -51,7 +74,7 @@ def _closing_bracket(text: str) -> int:
     return -1
 
 
-def _address(item: str, allowed: Network) -> Target:
+def _address(item: str, allowed: Allowed) -> Target:
     """``ipv4:port`` or ``[ipv6]:port``, checked against ``allowed``; ValueError says why not."""
     host, sep, port = item.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
@@ -70,7 +93,7 @@ def _address(item: str, allowed: Network) -> Target:
     return str(address), int(port)
 
 
-def target_of(request_line: str, allowed: Network) -> list[Target]:
+def target_of(request_line: str, allowed: Allowed) -> list[Target]:
     """The addresses of an allowed ``CONNECT`` request line, in order; ValueError says why not.
 
     Pure. The ValueError's message starts with the HTTP status to answer.
@@ -124,7 +147,7 @@ def _log(line: str) -> None:
 
 
 async def _serve(
-    allowed: Network, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    allowed: Allowed, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
 ) -> None:
     request = "(no request line)"
     try:
@@ -158,7 +181,7 @@ async def _serve(
 
 
 async def serve(listen: str, allowed_cidr: str) -> None:
-    allowed = ipaddress.ip_network(allowed_cidr)
+    allowed = parse_networks(allowed_cidr)
     host, _, port = listen.rpartition(":")
     server = await asyncio.start_server(
         lambda r, w: _serve(allowed, r, w), host, int(port), limit=HEADER_LIMIT
@@ -173,7 +196,7 @@ def main() -> int:
     try:
         asyncio.run(serve(os.environ.get("LISTEN", "0.0.0.0:3128"), os.environ["ALLOW_CIDR"]))
     except KeyError:
-        print("connect_proxy: set ALLOW_CIDR (e.g. 10.244.0.0/16)", file=sys.stderr)
+        print("connect_proxy: set ALLOW_CIDR (e.g. 10.244.0.0/16,10.96.0.0/16)", file=sys.stderr)
         return 2
     return 0
 

@@ -51,12 +51,18 @@ class KindAccessError(ValueError):
     """An endpoint or a values file the kind run cannot use; the message says why."""
 
 
-def pod_subnet(config: Path = KIND_DIR / "kind-config.yaml") -> str:
-    """The pod network the kind cluster is created with."""
-    subnet = (yaml.safe_load(config.read_text()).get("networking") or {}).get("podSubnet")
+def pod_subnet(config: Path = KIND_DIR / "kind-config.yaml", key: str = "podSubnet") -> str:
+    """The pod network (or, with ``key="serviceSubnet"``, the service network) of the cluster."""
+    subnet = (yaml.safe_load(config.read_text()).get("networking") or {}).get(key)
     if not subnet:
-        raise KindAccessError(f"{config}: networking.podSubnet is not set")
+        raise KindAccessError(f"{config}: networking.{key} is not set")
     return str(subnet)
+
+
+def cluster_networks(config: Path = KIND_DIR / "kind-config.yaml") -> str:
+    """``pods,services``: what the scenario may reach, only ever through the proxy pod (the
+    brokers' pod IPs, and their client Service's ClusterIP as the clients' bootstrap)."""
+    return f"{pod_subnet(config)},{pod_subnet(config, 'serviceSubnet')}"
 
 
 def proxy_problem(proxy: str | None, environ: Mapping[str, str]) -> str | None:
@@ -88,9 +94,10 @@ def proxy_problem(proxy: str | None, environ: Mapping[str, str]) -> str | None:
 def pod_network_resolver(
     subnet: str, *, proxy: str | None = None, environ: Mapping[str, str] = os.environ
 ) -> Callable[[str], str]:
-    """A resolver that passes ``host:port`` through when ``host`` is in the pod network and
-    every gRPC channel of this process goes through ``proxy`` (else it raises)."""
-    network = ipaddress.ip_network(subnet)
+    """A resolver that passes ``host:port`` through when ``host`` is in the pod network (one
+    or several comma-separated networks) and every gRPC channel of this process goes through
+    ``proxy`` (else it raises)."""
+    networks = [ipaddress.ip_network(part) for part in subnet.split(",")]
 
     def resolve(endpoint: str) -> str:
         problem = proxy_problem(proxy, environ)
@@ -103,7 +110,7 @@ def pod_network_resolver(
             address = ipaddress.ip_address(host)
         except ValueError as exc:
             raise KindAccessError(f"{endpoint!r}: {host!r} is not an IP address") from exc
-        if address not in network:
+        if not any(address in network for network in networks):
             raise KindAccessError(f"refusing to dial {endpoint}: not in the pod network {subnet}")
         return endpoint
 
@@ -187,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
 
     tunnels = importlib.import_module("proxy_tunnel")  # beside this file (run as a script)
 
-    subnet = pod_subnet()
+    subnet = cluster_networks()
     access = ClusterAccess(
         kubeconfig=args.kubeconfig,
         namespace=namespace,
@@ -196,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         helm_values=sets,
         node_exec=node_runner(args.node),
         next_broker_image=args.next_broker_image,
+        bootstrap_via_service=True,
     )
     image = (yaml.safe_load(args.values.read_text()) or {})["image"]
     tunnel = tunnels.Tunnel(args.bin_dir / "kubectl", args.kubeconfig)

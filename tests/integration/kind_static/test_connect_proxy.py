@@ -348,3 +348,16 @@ def test_the_official_client_bootstraps_from_several_endpoints_through_the_proxy
     ), answered
     routed = f"'CONNECT 127.0.0.3:{port} HTTP/1.1' -> 200"
     assert any(routed in line for line in answered), answered
+
+
+def test_several_allowed_networks_admit_an_address_in_any_of_them() -> None:
+    """ALLOW_CIDR=pods,services: the brokers' pod IPs and their client Service's ClusterIP."""
+    allowed = connect_proxy.parse_networks("10.244.0.0/16, 10.96.0.0/16")
+    assert str(allowed) == "10.244.0.0/16,10.96.0.0/16"
+    line = "CONNECT [10.96.0.20:8081,10.244.0.7:8081]:443 HTTP/1.1"
+    assert connect_proxy.target_of(line, allowed) == [("10.96.0.20", 8081), ("10.244.0.7", 8081)]
+    outside = r"^403 10\.97\.0\.1 is outside 10\.244\.0\.0/16,10\.96\.0\.0/16"
+    with pytest.raises(ValueError, match=outside):
+        connect_proxy.target_of("CONNECT 10.97.0.1:8081 HTTP/1.1", allowed)
+    with pytest.raises(ValueError, match="no network"):
+        connect_proxy.parse_networks(" , ")

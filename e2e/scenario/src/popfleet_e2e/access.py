@@ -64,6 +64,10 @@ class ClusterAccess:
     # and a second broker image already on the node for the rolling-upgrade step.
     node_exec: Callable[[Sequence[str]], str] | None = field(default=None, repr=False)
     next_broker_image: str | None = None
+    # Clients bootstrap from the brokers' client Service (its ClusterIP), as in-cluster users
+    # do, instead of every pod IP: a bootstrap of pod IPs is lost once a rolling upgrade has
+    # replaced every pod. Off on the testbed, whose ClusterIPs route nowhere.
+    bootstrap_via_service: bool = False
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -45,8 +45,18 @@ def current(access: ClusterAccess, cluster_name: str) -> list[Broker]:
     return listed(access.get("brokercluster", cluster_name))
 
 
-def bootstrap(access: ClusterAccess, brokers: list[Broker]) -> str:
-    """The client's bootstrap endpoints: every broker, resolved, joined with ``;``."""
+def bootstrap(access: ClusterAccess, brokers: list[Broker], *, cluster: str = "") -> str:
+    """The client's bootstrap endpoints, resolved: the client Service of ``cluster`` (named
+    like it; its ClusterIP) when the access says so, else every broker joined with ``;``."""
+    if access.bootstrap_via_service:
+        if not cluster:
+            raise ScenarioError("a bootstrap through the client Service needs the cluster's name")
+        service = access.get("service", cluster)
+        ip = service["spec"].get("clusterIP")
+        ports = [p["port"] for p in service["spec"].get("ports", []) if p.get("name") == "client"]
+        if not ip or ip == "None" or not ports:
+            raise ScenarioError(f"service {cluster} has no ClusterIP client port: {service}")
+        return access.resolve(f"{ip}:{ports[0]}")
     return ";".join(access.resolve(b.endpoint) for b in brokers)
 
 

@@ -103,7 +103,7 @@ def apply_topics_and_groups(story: Story) -> str:
 def start_traffic(story: Story) -> str:
     """A producer, two healthy PushConsumers and one hung PushConsumer on the group."""
     access = story.access
-    endpoints = brokers.bootstrap(access, brokers.current(access, CLUSTER))
+    endpoints = brokers.bootstrap(access, brokers.current(access, CLUSTER), cluster=CLUSTER)
     story.traffic = Traffic(
         endpoints=endpoints, topic=TOPIC, group=GROUP, max_s=story.traffic_max_s,
         max_messages=int(story.traffic_max_s * 10),
