@@ -1,5 +1,5 @@
-# End to end (e2e/scenario = package popfleet_e2e, the scenario written once; e2e/local runs it
-# on the local testbed and is part of `make test`; make demo lives in mk/demo.mk).
+# End to end (e2e/scenario = package popfleet_e2e, the scenario written once; e2e/kind runs it in
+# make test, e2e/local on the local testbed with make test-e2e-local; make demo: mk/demo.mk).
 PKGS += e2e/scenario
 
 E2E_PYTEST_ARGS ?=
@@ -12,4 +12,4 @@ test-e2e-local: $(STAMP) testbed-bin java ## the end-to-end story on its own tes
 lint: lint-e2e
 
 lint-e2e: $(STAMP)
-	$(VENV)/bin/mypy e2e/scenario/src e2e/local
+	$(VENV)/bin/mypy e2e/scenario/src e2e/local e2e/kind

@@ -33,7 +33,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     uid = random.randint(20_000, 60_000)  # not 0, not the image's own
     tag = f"{os.getpid()}"
-    checks = (
+    checks: tuple[tuple[str, Callable[[], str]], ...] = (
         ("broker", lambda: smoke_broker(args.broker, uid, tag)),
         ("operator", lambda: smoke_operator(args.operator, uid, tag, args.kubeconfig)),
         ("audit", lambda: smoke_audit(args.audit, uid, tag)),

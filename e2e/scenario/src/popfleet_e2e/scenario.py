@@ -1,7 +1,8 @@
 """The end-to-end scenario, written once: the steps in order, timed and reported.
 
-Callers: ``e2e/local`` (the testbed, in ``make test``), ``e2e/kind`` (its own access and
-resolver) and ``make demo`` (``demo.py`` runs the first steps and keeps traffic going).
+Callers: ``e2e/kind`` (``KIND``, with its own access and resolver, in ``make test``),
+``e2e/local`` (``FULL`` on the testbed, ``make test-e2e-local``) and ``make demo``
+(``demo.py`` runs the first steps and keeps traffic going).
 
     from popfleet_e2e import scenario
     from popfleet_e2e.access import ClusterAccess
