@@ -148,6 +148,7 @@ def test_an_image_change_restarts_one_broker_at_a_time(
         first = next(s for s in gated if s.partition <= ordinal)
         assert name in first.ready and first.images[name] == NEW_IMAGE, (name, first)
     assert story.condition(bc, "Reconciling")["reason"] == "Reconciled"
+    story.wait_event(tb, ns, "RollingUpdate", "brokers restart one at a time")
     story.wait_event(tb, ns, "BrokerUpdated", f"{NAMES[2]} updated, Ready and re-applied")
     story.wait_event(tb, ns, "BrokerUpdated", f"next {NAMES[0]}")
     story.wait_event(tb, ns, "RolloutComplete", "all 3 brokers updated")

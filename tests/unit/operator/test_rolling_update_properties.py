@@ -9,14 +9,14 @@
    interleaving of controller, kubelet and operator steps: at most one broker is away at any
    time, no pod is ever recreated at the old revision after the new one, a revision whose
    pods never become Ready takes down exactly one broker, and a good one ends with every pod
-   updated and the partition at 0.
+   updated and the partition at 0. The same with scale-ups and scale-downs interleaved.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from popfleet_operator.model.observations import BrokerPod, StatefulSetState
@@ -114,22 +114,32 @@ class SimPod:
 
 @dataclass
 class World:
-    """A StatefulSet controller, a kubelet and the operator's rule, stepped one at a time."""
+    """A StatefulSet controller, a kubelet and the operator's rule, stepped one at a time.
+
+    ``desired`` is the BrokerCluster's brokers (a scale step changes it); ``replicas`` what
+    the operator last applied to the StatefulSet. ``serving`` holds the ordinals whose pod
+    has been Ready since it was created or scaled in: a broker is *away* when it is in there
+    and not Ready now (a brand-new broker still starting is not away, it never served).
+    """
 
     replicas: int
     bad: bool  # revision B never becomes Ready (its store cannot start)
+    desired: int = 0
     partition: int = 0
     current: str = "A"
     update: str = "A"
     template_hash: str = "old"
     pods: dict[int, SimPod] = field(default_factory=dict)
     created: dict[int, list[str]] = field(default_factory=dict)  # revisions, in order
+    serving: set[int] = field(default_factory=set)
     worst_away: int = 0
 
     def __post_init__(self) -> None:
+        self.desired = self.replicas
         for ordinal in range(self.replicas):
             self.pods[ordinal] = SimPod("A", "ready")
             self.created[ordinal] = ["A"]
+            self.serving.add(ordinal)
 
     def broker_pods(self) -> list[BrokerPod]:
         return [
@@ -155,24 +165,29 @@ class World:
         pods = self.broker_pods()
         got = rollout.plan(
             cluster="demo",
-            replicas=self.replicas,
+            replicas=self.desired,
             sts=state,
             template_changed=changed,
             pods=pods,
             health={p.name: "" for p in pods if p.ready},
             now_s=0.0,
         )
-        self.partition = got.partition
-        if changed:  # the apply writes the new template and the partition at once
+        # The apply writes replicas, partition and (when changed) the template at once.
+        self.partition, self.replicas = got.partition, self.desired
+        self.serving = {o for o in self.serving if o < self.replicas}
+        if changed:
             self.template_hash, self.update = template_hash, "B"
         return got
 
     def controller(self) -> None:
+        for ordinal, pod in self.pods.items():
+            if ordinal >= self.replicas:  # condemned by a scale-down
+                pod.phase = "terminating"
         for ordinal in range(self.replicas):
             if ordinal not in self.pods:
                 revision = self.current if ordinal < self.partition else self.update
                 self.pods[ordinal] = SimPod(revision, "starting")
-                self.created[ordinal].append(revision)
+                self.created.setdefault(ordinal, []).append(revision)
         for ordinal in range(self.replicas - 1, self.partition - 1, -1):
             pod = self.pods[ordinal]
             if pod.revision != self.update and pod.phase != "terminating":
@@ -180,7 +195,8 @@ class World:
                 break
             if pod.phase != "ready":
                 break
-        if all(p.revision == self.update and p.phase == "ready" for p in self.pods.values()):
+        members = [self.pods.get(o) for o in range(self.replicas)]
+        if all(p is not None and p.revision == self.update and p.phase == "ready" for p in members):
             self.current = self.update
 
     def kubelet(self, ordinal: int) -> None:
@@ -191,18 +207,38 @@ class World:
             del self.pods[ordinal]
         elif pod.phase == "starting" and not (self.bad and pod.revision == "B"):
             pod.phase = "ready"
+            if ordinal < self.replicas:
+                self.serving.add(ordinal)
 
     def step(self, kind: str, ordinal: int) -> None:
         if kind == "operator":
             self.operator()
         elif kind == "controller":
             self.controller()
+        elif kind == "scale":  # the user edits spec.brokers; the next operator round applies it
+            self.desired = max(1, min(5, self.desired + (1 if ordinal % 2 == 0 else -1)))
+        elif kind == "evict":  # a pod deleted from outside (drain, eviction): recreated later
+            if ordinal in self.pods:
+                self.pods[ordinal].phase = "terminating"
         else:
-            self.kubelet(ordinal % self.replicas)
-        away = sum(
-            1 for o in range(self.replicas) if o not in self.pods or self.pods[o].phase != "ready"
-        )
+            self.kubelet(ordinal % max(self.replicas, max(self.pods, default=0) + 1))
+        away = sum(1 for o in self.serving if o not in self.pods or self.pods[o].phase != "ready")
         self.worst_away = max(self.worst_away, away)
+
+    def settle(self) -> None:
+        """Every party keeps acting, fairly, long enough for any rollout to end."""
+        for _ in range(6 * max(self.desired, self.replicas) + 6):
+            self.step("operator", 0)
+            self.step("controller", 0)
+            for ordinal in range(max(self.pods, default=0) + 1):
+                self.step("kubelet", ordinal)
+
+    def never_rolled_back(self) -> bool:
+        return all(
+            "A" not in revisions[revisions.index("B") :]
+            for revisions in self.created.values()
+            if "B" in revisions
+        )
 
 
 STEPS = st.lists(
@@ -221,14 +257,9 @@ def test_any_interleaving_keeps_one_broker_away_and_finishes(
     for kind, ordinal in steps:
         world.step(kind, ordinal)
         assert world.worst_away <= 1
-    for _ in range(4 * replicas + 4):  # then every party keeps acting, fairly
-        world.step("operator", 0)
-        world.step("controller", 0)
-        for ordinal in range(replicas):
-            world.step("kubelet", ordinal)
+    world.settle()
     assert world.worst_away <= 1
-    for revisions in world.created.values():
-        assert "A" not in revisions[revisions.index("B") :] if "B" in revisions else True
+    assert world.never_rolled_back()
     final = world.operator()
     if bad:
         top = replicas - 1
@@ -239,3 +270,71 @@ def test_any_interleaving_keeps_one_broker_away_and_finishes(
         assert {p.revision for p in world.pods.values()} == {"B"}
         assert all(p.phase == "ready" for p in world.pods.values())
         assert (final.partition, final.rolling, world.current) == (0, False, "B")
+
+
+SCALING_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["operator", "controller", "kubelet", "kubelet", "scale"]),
+        st.integers(0, 5),
+    ),
+    max_size=150,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 5), st.booleans(), SCALING_STEPS)
+def test_scaling_during_a_rollout_keeps_one_broker_away_and_never_rolls_back(
+    replicas: int, bad: bool, steps: list[tuple[str, int]]
+) -> None:
+    world = World(replicas, bad)
+    world.operator("new")
+    for kind, ordinal in steps:
+        world.step(kind, ordinal)
+        assert world.worst_away <= 1
+        assert world.never_rolled_back()
+    world.settle()
+    assert world.worst_away <= 1 and world.never_rolled_back()
+    if not bad:
+        final = world.operator()
+        assert sorted(world.pods) == list(range(world.desired))
+        assert {p.revision for p in world.pods.values()} == {"B"}
+        assert (final.partition, final.rolling, world.current) == (0, False, "B")
+
+
+EVICTING_STEPS = st.lists(
+    st.tuples(
+        st.sampled_from(["operator", "controller", "kubelet", "kubelet", "scale", "evict"]),
+        st.integers(0, 5),
+    ),
+    max_size=150,
+)
+
+
+# demo-2 and demo-1 updated (partition 1), then demo-2 evicted: the rule wants the partition
+# back at 2, which would recreate demo-1 at A once it is evicted too.
+UPDATED_THEN_EVICTED = [
+    *[("controller", 0), ("kubelet", 2), ("controller", 0), ("kubelet", 2), ("operator", 0)],
+    *[("controller", 0), ("kubelet", 1), ("controller", 0), ("kubelet", 1)],
+    *[("evict", 2), ("operator", 0), ("evict", 1), ("kubelet", 1), ("controller", 0)],
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 5), EVICTING_STEPS)
+@example(3, UPDATED_THEN_EVICTED)
+def test_evicted_pods_never_come_back_at_the_old_revision(
+    replicas: int, steps: list[tuple[str, int]]
+) -> None:
+    """Pods deleted from outside at any moment (so an updated broker may fall ill and the
+    rule wants the partition back up): none is ever recreated at A after being at B, and
+    the rollout still ends with every pod on B."""
+    world = World(replicas, bad=False)
+    world.operator("new")
+    for kind, ordinal in steps:
+        world.step(kind, ordinal)
+        assert world.never_rolled_back(), world.created
+    world.settle()
+    final = world.operator()
+    assert world.never_rolled_back()
+    assert {p.revision for p in world.pods.values()} == {"B"}
+    assert (final.partition, final.rolling, world.current) == (0, False, "B")

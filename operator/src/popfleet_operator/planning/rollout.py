@@ -25,8 +25,9 @@ member list the operator pushed). Callers: ``handlers.clusters`` (the ``plan_rol
    terminating or not Ready, P = s+1 instead and the rollout waits.
 6. Lowering P is always allowed. Raising it (a new rollout, an updated pod that fell ill)
    never passes an existing pod that is not on the current revision, nor an ordinal this
-   round's scale-up adds: the controller would recreate it at the current revision, rolling
-   an updated pod back (or a new pod to the old template, only to replace it later).
+   round's scale-up adds: below P the controller (re)creates pods at the current revision,
+   so an updated pod deleted later (eviction, drain) would come back rolled back, and a new
+   pod would start on the old template only to be replaced.
 7. Pod s on the update revision and not confirmed is *stuck* when one of its containers
    cannot run (``BrokerPod.problem``: image, config, crash loop) or it is still not
    confirmed ``ready_timeout_s`` after its creation. P already stops above the pods below
