@@ -264,4 +264,10 @@ def run_scenario(access: Any) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The official client's consumption threads (not daemons) may still be retrying an ack to
+    # a broker pod the story replaced (see Traffic.stop); they would hold the interpreter's
+    # exit for many minutes. Everything the run reports is printed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -56,6 +56,18 @@ print(json.dumps({"client": client, "admin": admin}))
 """
 
 
+def hung_consumer_released(story: Story) -> str:
+    """The hung consumer nacks what it holds and leaves, while its brokers still exist.
+
+    The official client sends an ack or nack to the endpoint (pod IP) the message came from
+    and retries a failed one for many minutes: a nack sent after the rolling upgrade replaced
+    that pod would keep the consumer from shutting down. Its messages come back to the
+    healthy consumers after the nack's invisible time; the no-loss step checks they do.
+    """
+    held = story.running_traffic().release_hung()
+    return f"the hung consumer gave back its {held} held message(s) (nack) and left"
+
+
 def _hosts(access: ClusterAccess) -> list[str]:
     return [b.endpoint.rsplit(":", 1)[0] for b in brokers.current(access, CLUSTER)]
 

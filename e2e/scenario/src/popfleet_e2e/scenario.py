@@ -93,6 +93,7 @@ FULL: tuple[Step, ...] = (*_UNTIL_POD_DELETED, *_FROM_NO_LOSS)
 # On a real cluster (kind) the story also shows what only kubelets, a CNI with NetworkPolicy
 # and the Eviction API can: these run under the same traffic, before the no-loss check.
 REAL_CLUSTER_ONLY: tuple[Step, ...] = (
+    Step("the hung consumer gives its messages back", disruptions.hung_consumer_released),
     Step(
         "NetworkPolicy: a stranger pod cannot reach the admin port",
         disruptions.network_policy_enforced,

@@ -278,4 +278,6 @@ def nothing_acknowledged_is_lost(story: Story) -> str:
     )
     summary = f"all {len(tally.acked)} acknowledged messages consumed: {tally.describe()}"
     traffic.stop()
+    if traffic.stuck_shutdowns:  # the official client retrying an ack to a replaced pod
+        summary += f"; {'; '.join(traffic.stuck_shutdowns)}"
     return summary

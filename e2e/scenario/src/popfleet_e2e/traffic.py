@@ -34,6 +34,7 @@ from rocketmq import (
 )
 
 HUNG_HOLD_LIMIT_S = 900  # a hung listener is released by stop(); this only bounds a leak
+SHUTDOWN_LIMIT_S = 60.0  # per consumer: see Traffic.stop
 
 
 def configuration(endpoints: str) -> Any:
@@ -178,6 +179,8 @@ class Traffic:
     tally: Tally = field(default_factory=Tally)
     _consumers: list[Any] = field(default_factory=list)
     _hung: _Hung | None = None
+    _hung_consumer: Any = None
+    stuck_shutdowns: list[str] = field(default_factory=list)
     _producing: _Producing | None = None
 
     def start(self) -> None:
@@ -188,7 +191,7 @@ class Traffic:
         self._hung = _Hung(self.tally)
         # One consumption thread and a tiny cache: it holds about one message per queue it is
         # given and then stops receiving, like a worker stuck on its first task.
-        self._start_consumer(self._hung, subscription, cache=1, threads=1)
+        self._hung_consumer = self._start_consumer(self._hung, subscription, cache=1, threads=1)
         self._producing = _Producing(
             self.endpoints, self.topic, self.tally, rate_per_s=self.rate_per_s,
             max_messages=self.max_messages, max_s=self.max_s,
@@ -200,13 +203,42 @@ class Traffic:
 
     def _start_consumer(
         self, listener: Any, subscription: dict[str, Any], *, cache: int, threads: int
-    ) -> None:
+    ) -> Any:
         consumer = PushConsumer(
             configuration(self.endpoints), self.group, listener, subscription,
             max_cache_message_count=cache, consumption_thread_count=threads,
         )  # fmt: skip
         consumer.startup()
         self._consumers.append(consumer)
+        return consumer
+
+    def release_hung(self) -> int:
+        """The hung consumer gives its messages back (nack) and leaves; how many it held.
+
+        On a real cluster this runs before brokers are replaced: the official client sends a
+        nack (and an ack) to the endpoint the message came from and retries a failed one
+        again and again, so a nack aimed at a pod that no longer exists keeps a consumption
+        thread (and the consumer's shutdown) busy for many minutes.
+        """
+        held = len(self.tally.held)
+        if self._hung is not None:
+            self._hung.release.set()
+        if self._hung_consumer is not None:
+            self._consumers.remove(self._hung_consumer)
+            self._shutdown(self._hung_consumer, "the hung consumer")
+            self._hung_consumer = None
+        return held
+
+    def _shutdown(self, consumer: Any, what: str) -> None:
+        """``consumer.shutdown()``, bounded: one still retrying an ack after SHUTDOWN_LIMIT_S
+        is left to its (daemon) thread and recorded in ``stuck_shutdowns``."""
+        done = threading.Thread(target=consumer.shutdown, name=f"shutdown {what}", daemon=True)
+        done.start()
+        done.join(SHUTDOWN_LIMIT_S)
+        if done.is_alive():
+            self.stuck_shutdowns.append(
+                f"{what}: shutdown still waiting after {SHUTDOWN_LIMIT_S:.0f}s"
+            )
 
     def pause(self) -> None:
         if self._producing is not None:
@@ -227,6 +259,9 @@ class Traffic:
         self.stop_producing()
         if self._hung is not None:
             self._hung.release.set()
-        for consumer in self._consumers:
-            consumer.shutdown()
+        for number, consumer in enumerate(self._consumers):
+            self._shutdown(
+                consumer,
+                "the hung consumer" if consumer is self._hung_consumer else f"consumer {number}",
+            )
         self._consumers.clear()
