@@ -248,18 +248,28 @@ def run_scenario(access: Any) -> int:
 
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": access.namespace}}
     access.kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
+    passed = 0
+
+    def say(line: str) -> None:
+        nonlocal passed
+        print(line, flush=True)
+        passed += line.lstrip().startswith("ok in ")
+
     try:
-        timings = scenario.run(access, chosen=scenario.KIND)
+        timings = scenario.run(access, chosen=scenario.KIND, say=say)
     except ScenarioError as exc:
-        print(f"e2e-kind: FAILED: {exc}", file=sys.stderr)
+        print(f"e2e-kind: FAILED: {exc}", file=sys.stderr, flush=True)
+        print(f"e2e-kind: {passed} passed, 1 failed", flush=True)
         return 1
     finally:
         leftovers = lifecycle.clean_up(access)
         for item in leftovers:
             print(f"e2e-kind: left behind: {item}", file=sys.stderr)
     if leftovers:
+        print(f"e2e-kind: {len(timings)} passed, 1 failed", flush=True)  # the clean-up failed
         return 1
     print(f"e2e-kind: {len(timings)} steps passed in {sum(timings.values()):.0f}s")
+    print(f"e2e-kind: {len(timings)} passed, 0 failed", flush=True)  # CI's plain closing line
     return 0
 
 
