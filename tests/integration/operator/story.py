@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from popfleet_api.client import BrokerAdmin
-from popfleet_testbed import cluster, kube, processes, waiting
+from popfleet_testbed import cluster, errors, kube, processes, waiting
 
 RESYNC_S = 2
 ADMIN_PORT = 9877
@@ -146,9 +146,34 @@ def wait_condition(
             return None
         return obj if also(obj) else None
 
-    return waiting.until(
-        check, timeout_s=timeout_s, what=f"{plural}/{name} {type_}={status} {reason or ''}"
-    )
+    try:
+        return waiting.until(
+            check, timeout_s=timeout_s, what=f"{plural}/{name} {type_}={status} {reason or ''}"
+        )
+    except errors.Timeout as exc:
+        raise errors.Timeout(f"{exc}\n{snapshot(tb, namespace, plural, name)}") from exc
+
+
+def snapshot(tb: cluster.Cluster, namespace: str, plural: str, name: str) -> str:
+    """What a timed-out wait saw: the object's conditions and every pod's phase, conditions
+    and node in the namespace (an unscheduled pod names its reason here), and the node."""
+    obj = get(tb, namespace, plural, name) or {}
+    lines = [f"{plural}/{name} conditions: {(obj.get('status') or {}).get('conditions')}"]
+    for pod in tb.admin.items(f"/api/v1/namespaces/{namespace}/pods"):
+        st = pod.get("status") or {}
+        conds = [
+            (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+            for c in st.get("conditions") or []
+        ]
+        lines.append(
+            f"pod {pod['metadata']['name']}: {st.get('phase')} ip={st.get('podIP')} "
+            f"node={pod['spec'].get('nodeName')} {conds}"
+        )
+    for node in tb.admin.items("/api/v1/nodes"):
+        ready = [c for c in node["status"].get("conditions") or [] if c.get("type") == "Ready"]
+        taints = node["spec"].get("taints")
+        lines.append(f"node {node['metadata']['name']}: {ready} taints={taints}")
+    return "\n".join(lines)
 
 
 def events(tb: cluster.Cluster, namespace: str, reason: str) -> str:
