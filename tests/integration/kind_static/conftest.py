@@ -9,6 +9,7 @@ reused testbed) is used as is and left alone.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -64,3 +65,16 @@ def popfleet_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
     testbed.helm(
         "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--no-hooks", "--wait", timeout_s=120
     )
+
+
+@pytest.fixture
+def main_thread_event_loop() -> Iterator[None]:
+    """The official client wants a current event loop on the caller's thread (see
+    tests/integration/broker/conftest.py, which gives every synchronous broker test one)."""
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()

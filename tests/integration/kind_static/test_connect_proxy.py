@@ -9,7 +9,6 @@ real ``popbroker all`` with the official client. Nothing here dials outside 127.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import os
@@ -295,19 +294,6 @@ async def test_a_refusing_proxy_fails_the_admin_call(
 
 
 # ---------------------------------------------------------------- the official client's bootstrap
-
-
-@pytest.fixture
-def main_thread_event_loop() -> Iterator[None]:
-    """The official client wants a current event loop on the caller's thread (see
-    tests/integration/broker/conftest.py)."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        yield
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
 
 
 @pytest.fixture

@@ -18,11 +18,10 @@ environment; none if ``grpc.enable_http_proxy`` is 0; possibly none for a host t
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -122,17 +121,6 @@ def environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
         monkeypatch.setenv(name, "-")  # remembered as it was, restored at the end
         monkeypatch.delenv(name)
     return monkeypatch
-
-
-@pytest.fixture
-def main_thread_event_loop() -> Iterator[None]:
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
-        yield
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
 
 
 def kind_access_before_the_tunnel() -> ClusterAccess:
