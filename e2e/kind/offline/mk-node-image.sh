@@ -48,18 +48,17 @@ img() { # tag dockerfile [build-arg...] -- files...
 
 step "component images"
 img popfleet.local/static:bookworm static.Dockerfile
+img popfleet.local/netfilter:bookworm netfilter/Dockerfile -- "$here/images/netfilter/iptables-wrapper"
 for b in kube-apiserver kube-controller-manager kube-scheduler; do
   img "registry.k8s.io/$b:$K8S" binary.Dockerfile BIN=$b -- "$BIN/$b"
 done
-img "registry.k8s.io/kube-proxy:$K8S" kube-proxy/Dockerfile -- \
-  "$BIN/kube-proxy" "$here/images/kube-proxy/iptables-wrapper"
+img "registry.k8s.io/kube-proxy:$K8S" kube-proxy/Dockerfile -- "$BIN/kube-proxy"
 img "registry.k8s.io/etcd:$ETCD_TAG" binary.Dockerfile BIN=etcd -- "$BIN/etcd"
 img "registry.k8s.io/coredns/coredns:$COREDNS" coredns.Dockerfile -- "$BIN/coredns"
 img "registry.k8s.io/pause:$PAUSE" pause.Dockerfile -- "$BIN/pause"
 img "$CNI_IMAGE" cni/Dockerfile -- "$here/images/cni/popfleet-cni"
 img "$LPP_IMAGE" binary.Dockerfile BIN=local-path-provisioner -- "$BIN/local-path-provisioner"
-img "$KR_IMAGE" kube-router/Dockerfile -- \
-  "$BIN/kube-router" "$here/images/kube-proxy/iptables-wrapper"
+img "$KR_IMAGE" kube-router/Dockerfile -- "$BIN/kube-router"
 docker tag popfleet.local/debian:bookworm "$HELPER_IMAGE"   # sh, mkdir, rm: all the helper pod runs
 IMAGES=(
   "registry.k8s.io/kube-apiserver:$K8S" "registry.k8s.io/kube-controller-manager:$K8S"
