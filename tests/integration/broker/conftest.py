@@ -11,7 +11,6 @@ client exists, so the tests touch nothing but loopback.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 from rocketmq.v5.util.misc import Misc
 
 from popbroker.store.api import GroupConfig, MessageType, TopicConfig
+from tests import eventloops
 from tests.integration.broker.harness import MODES, BrokerProcess
 
 Misc._Misc__LOCAL_IP = "127.0.0.1"
@@ -27,22 +27,13 @@ Misc._Misc__LOCAL_IP = "127.0.0.1"
 
 @pytest.fixture(autouse=True)
 def main_thread_event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Give synchronous tests a current event loop in the main thread, as a plain program has.
-
-    The official client calls ``asyncio.get_event_loop()`` on the caller's thread while it
-    opens its Telemetry stream; after an async test, pytest-asyncio leaves the main thread
-    with no current loop, and the client's startup then fails at random, by test order.
-    """
+    """Give synchronous tests a current event loop in the main thread, as a plain program
+    has (why: tests/eventloops.py)."""
     if inspect.iscoroutinefunction(request.function):
         yield
         return
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
+    with eventloops.current_event_loop():
         yield
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
 
 
 TOPIC = "orders"

@@ -9,7 +9,6 @@ reused testbed) is used as is and left alone.
 
 from __future__ import annotations
 
-import asyncio
 import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +18,7 @@ import pytest
 
 from popfleet_testbed import cluster, errors
 from popfleet_testbed.fixtures import testbed, testbed_namespace
+from tests import eventloops
 
 __all__ = ["testbed", "testbed_namespace"]
 
@@ -69,12 +69,7 @@ def popfleet_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
 
 @pytest.fixture
 def main_thread_event_loop() -> Iterator[None]:
-    """The official client wants a current event loop on the caller's thread (see
-    tests/integration/broker/conftest.py, which gives every synchronous broker test one)."""
-    loop = asyncio.new_event_loop()
-    asyncio.set_event_loop(loop)
-    try:
+    """The official client wants a current event loop on the caller's thread (why:
+    tests/eventloops.py)."""
+    with eventloops.current_event_loop():
         yield
-    finally:
-        asyncio.set_event_loop(None)
-        loop.close()
