@@ -30,8 +30,6 @@ from popfleet_e2e import brokers, conditions, steps, waits
 from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
 from popfleet_e2e.steps import CLUSTER, GROUP, REPLICAS, Story
 
-ADMIN_PORT = 9877
-CLIENT_PORT = 8081
 STRANGER = "e2e-stranger"
 
 # Runs in the stranger pod: waits until the client port of every broker answers (a new pod is
@@ -68,12 +66,14 @@ def hung_consumer_released(story: Story) -> str:
     return f"the hung consumer gave back its {held} held message(s) (nack) and left"
 
 
-def _hosts(access: ClusterAccess) -> list[str]:
-    return [b.endpoint.rsplit(":", 1)[0] for b in brokers.current(access, CLUSTER)]
+def _hosts(access: ClusterAccess) -> tuple[list[str], str]:
+    """The brokers' hosts and their (advertised) client port."""
+    listed = brokers.current(access, CLUSTER)
+    return [b.endpoint.rsplit(":", 1)[0] for b in listed], listed[0].endpoint.rsplit(":", 1)[1]
 
 
-def _stranger_pod(image: str, hosts: list[str]) -> Obj:
-    ports = [str(CLIENT_PORT), str(ADMIN_PORT)]
+def _stranger_pod(image: str, hosts: list[str], client_port: str) -> Obj:
+    ports = [client_port, str(brokers.ADMIN_PORT)]
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -103,10 +103,10 @@ def network_policy_enforced(story: Story) -> str:
     """A stranger pod reaches every broker's client port and none of their admin ports."""
     access = story.access
     image = access.get("brokercluster", CLUSTER)["spec"].get("image")
-    hosts = _hosts(access)
+    hosts, client_port = _hosts(access)
     access.kubectl("delete", "pod", STRANGER, "-n", access.namespace, "--ignore-not-found")
     access.kubectl("apply", "-n", access.namespace, "-f", "-",
-                   stdin=json.dumps(_stranger_pod(str(image), hosts)))  # fmt: skip
+                   stdin=json.dumps(_stranger_pod(str(image), hosts, client_port)))  # fmt: skip
     try:
         phase = waits.until(
             lambda: _finished(access.get("pod", STRANGER)), timeout_s=180,
