@@ -186,7 +186,7 @@ class BrokerAdmin:
     async def __aenter__(self) -> BrokerAdmin:
         return self
 
-    async def __aexit__(self, *exc_info: object) -> None:
+    async def __aexit__(self, *_exc_info: object) -> None:
         await self.close()
 
     async def close(self) -> None:

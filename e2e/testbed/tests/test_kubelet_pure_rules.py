@@ -109,7 +109,7 @@ def test_probe_thresholds() -> None:
     assert state.due(100.0)
     outcomes = []
     for ok, when in [(True, 100.0), (True, 101.0), (False, 102.0), (False, 103.0)]:
-        state.record(ok, "", when)
+        state.record(ok, when)
         outcomes.append((state.passed, state.failed))
     assert not state.due(103.5)
     assert outcomes == [(False, False), (True, False), (True, False), (False, True)]

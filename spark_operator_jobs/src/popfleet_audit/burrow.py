@@ -38,7 +38,6 @@ from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as sf
 
 PARTITION = ("broker_name", "group", "topic", "queue_id")
-STATUSES = ("OK", "WARN", "STALL", "STOP", "REWIND")
 ERROR_STATUSES = ("STALL", "STOP", "REWIND")
 GROUP_STATUSES = ("OK", "WARN", "ERR")
 

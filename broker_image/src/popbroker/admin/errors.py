@@ -74,10 +74,6 @@ class Unavailable(AdminRefusal):
     retriable = True
 
 
-class Internal(AdminRefusal):
-    code = grpc.StatusCode.INTERNAL
-
-
 _BY_STORE_ERROR: dict[type[store_errors.StoreError], tuple[grpc.StatusCode, str]] = {
     store_errors.InvalidName: (grpc.StatusCode.INVALID_ARGUMENT, "BAD_NAME"),
     store_errors.QueueShrinkRefused: (grpc.StatusCode.FAILED_PRECONDITION, "QUEUE_SHRINK"),

@@ -81,7 +81,7 @@ class Waiter:
     def __enter__(self) -> Waiter:
         return self
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, *_exc_info: object) -> None:
         self.close()
 
 

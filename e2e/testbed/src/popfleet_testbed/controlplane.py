@@ -399,13 +399,3 @@ def down(run_dir: Path, *, remove: bool = True, grace_s: float = 10.0) -> None:
             processes.stop(rec, grace_s=2.0)
     if remove:
         shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def wait_gone(run_dir: Path, timeout_s: float = 30.0) -> None:
-    """Wait until no recorded component of ``run_dir`` is alive (used by tests)."""
-
-    def gone() -> bool:
-        recs = [processes.read_pid_file(p) for p in Layout(run_dir).pids.glob("*.pid")]
-        return not any(r is not None and processes.alive(r) for r in recs)
-
-    waiting.until(gone, timeout_s=timeout_s, what=f"testbed in {run_dir} to stop")

@@ -165,7 +165,6 @@ class Kubelet:
                 _log(f"sync of {meta['namespace']}/{meta['name']} failed: {exc}")
         for uid, pr in list(self.pods.items()):
             if uid not in seen:
-                pr.vanished = True
                 self._terminate(pr, grace_s=0.0)
                 if not pr.any_running:
                     self._cleanup(pr)

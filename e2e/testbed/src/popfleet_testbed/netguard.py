@@ -156,9 +156,3 @@ def testbed_pids(run_dir: Path) -> set[int]:
         if rec is not None and processes.alive(rec):
             roots.append(rec.pid)
     return descendants(roots)
-
-
-def off_host(run_dir: Path, *, extra_pids: Iterable[int] = ()) -> list[Connection]:
-    """Connections of the testbed's processes (and ``extra_pids``) to non-loopback peers."""
-    pids = testbed_pids(run_dir) | set(extra_pids)
-    return [c for c in connections(pids) if not is_loopback(c.remote_ip)]

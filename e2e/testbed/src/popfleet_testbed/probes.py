@@ -150,7 +150,6 @@ class ProbeState:
     successes: int = 0
     failures: int = 0
     next_mono: float = 0.0
-    last_message: str = ""
 
     def __post_init__(self) -> None:
         self.next_mono = self.started_mono + float(self.spec.get("initialDelaySeconds", 0))
@@ -158,9 +157,8 @@ class ProbeState:
     def due(self, now_mono: float) -> bool:
         return now_mono >= self.next_mono
 
-    def record(self, ok: bool, message: str, now_mono: float) -> None:
+    def record(self, ok: bool, now_mono: float) -> None:
         self.next_mono = now_mono + float(self.spec.get("periodSeconds", 10))
-        self.last_message = message
         if ok:
             self.successes, self.failures = self.successes + 1, 0
             if self.successes >= int(self.spec.get("successThreshold", 1)):

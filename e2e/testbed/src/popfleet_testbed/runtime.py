@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -183,8 +184,14 @@ class ContainerRun:
             if fut is not None and fut.done():
                 ok, message = fut.result()
                 del self.pending[kind]
-                state.record(ok, message, now_mono)
+                state.record(ok, now_mono)
                 if kind in ("livenessProbe", "startupProbe") and state.failed:
+                    # what a kubelet's event says before the restart
+                    print(
+                        f"{now_rfc3339()} kubelet: {self.name}: {kind} failed: {message};"
+                        " the container will be restarted",
+                        file=sys.stderr, flush=True,
+                    )  # fmt: skip
                     self.kill(grace_s=grace_s, now_mono=now_mono)
                     return True
             gated = kind != "startupProbe" and not self.started
@@ -220,7 +227,6 @@ class PodRun:
     terminating: bool = False
     kill_deadline_mono: float = 0.0
     deleted: bool = False
-    vanished: bool = False
     last_refresh_mono: float = 0.0
     last_status: Obj | None = None
     transitions: dict[str, tuple[str, str]] = field(default_factory=dict)
