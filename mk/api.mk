@@ -4,19 +4,21 @@ PKGS += api
 
 API_PROTO_STUBS := admin_pb2.py admin_pb2.pyi admin_pb2_grpc.py admin_pb2_grpc.pyi
 API_PROTO_OUT   := api/src/popfleet_api/admin/v1
+GEN_API         = PY=$(PY) scripts/gen_protos.sh api/proto popfleet/admin/v1/admin.proto \
+	popfleet_api.admin.v1
 
 .PHONY: proto-api drift-api
 
 proto: proto-api
 
 proto-api: $(STAMP) ## regenerate the admin API stubs from api/proto
-	PY=$(PY) api/scripts/gen_protos.sh
+	$(GEN_API) $(API_PROTO_OUT)
 
 drift: drift-api
 
 drift-api: $(STAMP)
 	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
-	PY=$(PY) api/scripts/gen_protos.sh "$$tmp"; \
+	$(GEN_API) "$$tmp"; \
 	rc=0; for f in $(API_PROTO_STUBS); do \
 	  diff -u "$(API_PROTO_OUT)/$$f" "$$tmp/$$f" || rc=1; \
 	done; \
