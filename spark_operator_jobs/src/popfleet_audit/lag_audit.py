@@ -10,13 +10,11 @@ extract -> transform -> load:
   3. load: ``lag/partitions`` and ``lag/groups`` reports, this run appended to
      the history table.
 
-``main(argv)`` runs it alone (``popfleet-audit lag ...``).
+``popfleet-audit lag ...`` runs it alone (:mod:`.main`).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, SparkSession
@@ -73,9 +71,3 @@ def run(spark: SparkSession, config: AuditConfig) -> LagResult:
     )
     load(result, config)
     return result
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from popfleet_audit import main as entry  # noqa: PLC0415 - one entry point implementation
-
-    return entry.main(["lag", *(sys.argv[1:] if argv is None else argv)])

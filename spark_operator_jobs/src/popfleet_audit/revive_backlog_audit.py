@@ -12,13 +12,11 @@ extract -> transform -> load:
   3. load: ``revive/groups`` and ``revive/queues`` reports, the end positions
      under ``--history``.
 
-``main(argv)`` runs it alone (``popfleet-audit revive ...``).
+``popfleet-audit revive ...`` runs it alone (:mod:`.main`).
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
@@ -109,9 +107,3 @@ def run(
     )
     load(result, inputs, config)
     return inputs, result
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from popfleet_audit import main as entry  # noqa: PLC0415 - one entry point implementation
-
-    return entry.main(["revive", *(sys.argv[1:] if argv is None else argv)])
