@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Callable
 
 from popbroker.services.clients import ClientKind
+from popbroker.services.configcache import ConfigCache
 from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.routing import Endpoint, Router
 from popbroker.store.api import ConsumeMode, ConsumeModeConfig
@@ -94,12 +95,9 @@ async def test_stale_parked_receive_hands_its_wake_up_to_the_new_owner(broker: B
 
 async def test_consume_modes_are_reread_once_per_ttl(broker: Broker) -> None:
     router = Router(
-        store=broker.store,
-        config=broker.popack.config,
+        config=ConfigCache(broker.store, clock=broker.clock, ttl_ms=1_000),
         broker_name="broker-0",
         advertised=Endpoint("127.0.0.1", 8081),
-        clock=broker.clock,
-        mode_ttl_ms=1_000,
     )
     _join(broker, "a")
     _join(broker, "b")

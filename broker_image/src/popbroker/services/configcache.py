@@ -1,4 +1,4 @@
-"""A short-lived cache of the store's topics, groups and cluster members.
+"""A short-lived cache of the store's topics, groups, consume modes and cluster members.
 
 Purpose: every send and receive needs the topic's queue count and the group's
 settings. Asking the store each time costs a round trip per request when the
@@ -15,7 +15,9 @@ Rules:
   3. One refresh runs at a time (an ``asyncio.Lock``); concurrent lookups wait
      for it instead of stampeding the store.
 
-Callers: receiving, sending, acking, routing and reviving.
+A (group, topic) without a stored consume mode is in PULL mode (the store's default).
+
+Callers: receiving, sending, acking, routing (modes and members) and reviving.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ from dataclasses import dataclass
 from popbroker.services import errors
 from popbroker.services.settings import Clock
 from popbroker.store import names
-from popbroker.store.api import ClusterMember, GroupConfig, StoreApi, TopicConfig
+from popbroker.store.api import (
+    ClusterMember,
+    ConsumeMode,
+    ConsumeModeConfig,
+    GroupConfig,
+    StoreApi,
+    TopicConfig,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,12 +44,13 @@ class ConfigSnapshot:
 
     topics: dict[str, TopicConfig]
     groups: dict[str, GroupConfig]
+    modes: dict[tuple[str, str], ConsumeModeConfig]  # by (group, topic)
     members: tuple[ClusterMember, ...]
     taken_at_ms: int
 
 
 class ConfigCache:
-    """Topics, groups and members of one store (see the module docstring)."""
+    """Topics, groups, consume modes and members of one store (see the module docstring)."""
 
     def __init__(
         self, store: StoreApi, *, clock: Clock, ttl_ms: int = 1_000, miss_refresh_ms: int = 100
@@ -67,10 +77,12 @@ class ConfigCache:
                 return snapshot
             topics = await self._store.topics()
             groups = await self._store.groups()
+            modes = await self._store.consume_modes()
             members = await self._store.members()
             snapshot = ConfigSnapshot(
                 topics={t.name: t for t in topics},
                 groups={g.name: g for g in groups},
+                modes={(m.group, m.topic): m for m in modes},
                 members=tuple(members),
                 taken_at_ms=self._clock(),
             )
@@ -104,6 +116,13 @@ class ConfigCache:
     async def group_or_none(self, name: str) -> GroupConfig | None:
         """The group ``name`` or None (revive uses it to skip deleted groups)."""
         return (await self.snapshot()).groups.get(name)
+
+    async def consume_mode(self, *, group: str, topic: str) -> ConsumeModeConfig:
+        """The consume mode of ``group`` on ``topic``; PULL when none is stored."""
+        found = (await self.snapshot()).modes.get((group, topic))
+        if found is not None:
+            return found
+        return ConsumeModeConfig(group=group, topic=topic, mode=ConsumeMode.PULL)
 
     async def members(self) -> tuple[ClusterMember, ...]:
         """The cluster members as the store knows them (empty: a one-member cluster)."""

@@ -80,12 +80,7 @@ class PopackServices:
         self.flusher = CheckpointFlusher(store=store, state=self.state, settings=settings)
         self.clients = ClientRegistry(clock=clock, expiry_ms=settings.client_expiry_ms)
         self.router = Router(
-            store=store,
-            config=self.config,
-            broker_name=settings.broker_name,
-            advertised=advertised,
-            clock=clock,
-            mode_ttl_ms=settings.config_ttl_ms,
+            config=self.config, broker_name=settings.broker_name, advertised=advertised
         )
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []

@@ -11,9 +11,9 @@ permission. Accepted message kinds come from the topic's message type.
 Assignments (DESIGN §3.3): the queues of every member, given to the group's
 live clients with :func:`popbroker.pop.assignment.assign` under the
 group/topic's consume mode (PULL: exclusive; POP: ``allocate4Pop``, queue -1
-meaning "every queue of that broker"). Consume modes are read from the store
-at most every ``mode_ttl_ms``, so an answer is at most that stale after an
-admin ``set-mode``.
+meaning "every queue of that broker"). Consume modes come from the role's
+:class:`ConfigCache` with the rest of the configuration, so an answer is at most
+its TTL stale after an admin ``set-mode``.
 
 Held queues: a push consumer receives by the queue ids of its last
 assignment, and its receives stay parked for a whole long poll. After a
@@ -37,8 +37,7 @@ from popbroker.services.configcache import ConfigCache
 from popbroker.services.messages import MessageKind
 from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.sending import accepted_kinds
-from popbroker.services.settings import Clock, wall_clock_ms
-from popbroker.store.api import ConsumeMode, ConsumeModeConfig, Permission, StoreApi, TopicConfig
+from popbroker.store.api import Permission, TopicConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,21 +89,13 @@ class Router:
     def __init__(
         self,
         *,
-        store: StoreApi,
         config: ConfigCache,
         broker_name: str,
         advertised: Endpoint,
-        clock: Clock = wall_clock_ms,
-        mode_ttl_ms: int = 1_000,
     ) -> None:
-        self._store = store
         self._config = config
         self._broker_name = broker_name
         self._advertised = advertised
-        self._clock = clock
-        self._mode_ttl_ms = mode_ttl_ms
-        self._modes: dict[tuple[str, str], ConsumeModeConfig] = {}
-        self._modes_read_at_ms: int | None = None
 
     async def members(self) -> list[tuple[str, Endpoint]]:
         """``(broker name, endpoint)`` of every member, this broker included."""
@@ -132,7 +123,7 @@ class Router:
         """The queues ``client_id`` of ``group`` should consume (raises Topic/GroupNotFound)."""
         await self._config.group(group)
         route = [q for q in await self.route(topic_name) if q.perm & Permission.READ]
-        mode = await self._consume_mode(group, topic_name)
+        mode = await self._config.consume_mode(group=group, topic=topic_name)
         live = clients.live_clients(group)
         if client_id not in live:
             live = sorted({*live, client_id})  # a client asking is alive, heartbeat or not
@@ -184,13 +175,3 @@ class Router:
             clients=clients,
         )
         return dataclasses.replace(request, still_assigned=check)
-
-    async def _consume_mode(self, group: str, topic: str) -> ConsumeModeConfig:
-        now_ms = self._clock()
-        if self._modes_read_at_ms is None or now_ms - self._modes_read_at_ms >= self._mode_ttl_ms:
-            self._modes = {(m.group, m.topic): m for m in await self._store.consume_modes()}
-            self._modes_read_at_ms = now_ms
-        found = self._modes.get((group, topic))
-        if found is not None:
-            return found
-        return ConsumeModeConfig(group=group, topic=topic, mode=ConsumeMode.PULL)
