@@ -24,6 +24,7 @@ def machine() -> dict[str, Any]:
         "python": platform.python_version(),
         "platform": platform.platform(),
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "load_average": [round(x, 2) for x in os.getloadavg()],  # at write time
     }
 
 

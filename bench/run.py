@@ -14,6 +14,7 @@ BENCHMARKS = [
     "bench.store_wire",
     "bench.pop_peers",
     "bench.operator_convergence",
+    "bench.operator_scale",
     "bench.pull_vs_pop",
     "bench.audit_throughput",
 ]

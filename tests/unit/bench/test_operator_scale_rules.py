@@ -1,0 +1,49 @@
+"""The pure rules of bench/operator_scale.py: what counts as converged, CPU from samples."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import operator_scale as scale
+
+
+def _obj(generation: int, *conditions: dict[str, Any], brokers: int = 3) -> dict[str, Any]:
+    entries = [{"mode": "POP", "popShareQueueNum": 1}] * brokers
+    return {
+        "metadata": {"generation": generation},
+        "status": {"conditions": list(conditions), "brokers": entries},
+    }
+
+
+def test_converged_needs_the_domain_condition_for_the_current_generation() -> None:
+    synced = {"type": "TopicSynced", "status": "True", "observedGeneration": 2}
+    assert scale.converged(_obj(2, synced), "TopicSynced")
+    assert not scale.converged(_obj(3, synced), "TopicSynced")  # an older generation's answer
+    assert not scale.converged(_obj(2, {**synced, "status": "False"}), "TopicSynced")
+    assert not scale.converged(_obj(2, synced), "ModeApplied")
+
+
+def test_a_mode_counts_only_when_every_broker_reads_it_back() -> None:
+    applied = {"type": "ModeApplied", "status": "True", "observedGeneration": 1}
+    assert scale.mode_converged(_obj(1, applied), "POP", 1)
+    assert not scale.mode_converged(_obj(1, applied), "POP", 2)
+    assert not scale.mode_converged(_obj(1, applied, brokers=2), "POP", 1)
+    assert not scale.mode_converged(None, "POP", 1)
+
+
+def test_cpu_percent_is_cpu_time_over_wall_time_and_none_across_a_restart() -> None:
+    samples = [scale.Sample(10.0, 0, 5.0), scale.Sample(20.0, 0, 6.0)]
+    assert scale.cpu_percent(samples) == 10.0
+    restarted = [scale.Sample(10.0, 0, 5.0), scale.Sample(20.0, 0, 0.5)]
+    assert scale.cpu_percent(restarted) is None
+    assert scale.cpu_percent(samples[:1]) is None
+
+
+def test_apiserver_request_lines_are_summed_and_429s_counted() -> None:
+    text = (
+        'apiserver_request_total{code="200",verb="GET"} 40\n'
+        'apiserver_request_total{code="429",verb="PATCH"} 3\n'
+        'apiserver_request_duration_seconds_count{verb="GET"} 999\n'
+    )
+    found = scale.REQUEST_LINE.findall(text)
+    assert scale.count_requests(found) == (43, 3)
