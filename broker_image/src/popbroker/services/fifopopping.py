@@ -11,9 +11,11 @@ Rules (DESIGN §3.2, fact sheet §1.5, §6.6):
     order info and commits the queue's next offset; a scan that matched nothing
     commits past the filtered range.
   * Dead letters (4b): a message already delivered ``max_reconsume_times + 1``
-    times is copied to ``%DLQ%<group>`` and acked in the order info instead of
-    delivered; a batch made only of dead letters reads again (at most
-    ``FIFO_DEAD_LETTER_ROUNDS`` times) so the next message is not held back.
+    times (:func:`popbroker.pop.retrytopics.exhausted`) is appended as its
+    dead-letter copy (:func:`popbroker.pop.retrytopics.dead_letter`) and acked
+    in the order info instead of delivered; a batch made only of dead letters
+    reads again (at most ``FIFO_DEAD_LETTER_ROUNDS`` times) so the next
+    message is not held back.
 
 Callers: :class:`popbroker.services.popping.Popper`.
 """
@@ -25,7 +27,7 @@ from popbroker.pop.checkpoints import QueueKey
 from popbroker.services import messages
 from popbroker.services.popattempt import Attempt, QueueReader
 from popbroker.services.popstate import PopState
-from popbroker.store.api import MessageToAppend, ReadStatus, StoreApi, StoredMessage
+from popbroker.store.api import ReadStatus, StoreApi, StoredMessage
 
 FIFO_DEAD_LETTER_ROUNDS = 4
 
@@ -117,28 +119,23 @@ class FifoVisitor:
         ``%DLQ%<group>`` and acked in the order info, which moves the queue on.
         """
         limit = attempt.request.max_reconsume_times
-        dead = [
-            m
-            for m in read
-            if orderinfo.reconsume_times(info, m.queue_offset) + m.reconsume_times > limit
-        ]
+
+        def delivered_times(message: StoredMessage) -> int:  # deliveries before this one
+            return orderinfo.reconsume_times(info, message.queue_offset) + message.reconsume_times
+
+        dead = [m for m in read if retrytopics.exhausted(delivered_times(m), limit)]
         if not dead:
             return list(read)
         await self._store.append(
             [
-                MessageToAppend(
-                    topic=retrytopics.dlq_topic(key.group),
-                    queue_id=0,
-                    body=m.body,
-                    properties={
-                        **m.properties,
-                        messages.PROPERTY_ORIGIN_TOPIC: key.topic,
-                    },
-                    born_timestamp_ms=m.born_timestamp_ms,
-                    born_host=m.born_host,
-                    reconsume_times=orderinfo.reconsume_times(info, m.queue_offset)
-                    + m.reconsume_times,
-                    flags=m.flags,
+                messages.dead_letter_copy(
+                    m,
+                    retrytopics.dead_letter(
+                        group=key.group,
+                        original_topic=key.topic,
+                        properties=m.properties,
+                        delivered_times=delivered_times(m),
+                    ),
                 )
                 for m in dead
             ]
