@@ -187,7 +187,7 @@ def test_encoding_an_empty_ack_is_refused() -> None:
 
 
 def test_written_bitmap_is_the_one_in_memory() -> None:
-    acked = checkpoints.mark_acked(CK, 100)
+    acked = checkpoints.with_bitmap(CK, 0b1)  # offset 100 acked
     decoded = records.decode("ck", records.encode(acked).body, revive_queue_id=3)
     assert isinstance(decoded, Checkpoint)
     assert decoded.ack_bitmap == 0b011

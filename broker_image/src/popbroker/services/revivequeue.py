@@ -98,11 +98,6 @@ class ReviveQueueWorker:
             clock=clock,
         )
 
-    @property
-    def persisted_offset(self) -> int:
-        """The progress last written to the store."""
-        return self._persisted
-
     async def step(self) -> StepReport:
         """Steps 1-5 once."""
         t0, scanned, reached_end = await self._scan()
