@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from popbroker.admin.revivelog import REVIVE_GROUP
 from popbroker.pop import checkpoints, records
 from popbroker.pop.checkpoints import Checkpoint
 from popbroker.store import names
@@ -68,4 +67,4 @@ async def append_raw(
 
 
 async def set_revive_progress(store: StoreApi, revive_queue_id: int, queue_offset: int) -> None:
-    await store.commit_offset(REVIVE_GROUP, REVIVE_TOPIC, revive_queue_id, queue_offset)
+    await store.commit_offset(names.REVIVE_GROUP, REVIVE_TOPIC, revive_queue_id, queue_offset)

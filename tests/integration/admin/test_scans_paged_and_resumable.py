@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from popbroker.admin import revivelog
-from popbroker.pop import records
+from popbroker.pop import records, revivelog
 from popfleet_api import errors
 from popfleet_api.client import BrokerAdmin
 from popfleet_api.models import (

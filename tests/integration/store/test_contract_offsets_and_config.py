@@ -16,7 +16,7 @@ from popbroker.store.api import (
     StoreApi,
     TopicConfig,
 )
-from popbroker.store.errors import InvalidArgument, InvalidName, UnknownTopic
+from popbroker.store.errors import InvalidArgument, InvalidName, UnknownGroup, UnknownTopic
 
 
 async def test_committed_offsets_round_trip_and_delete(store: StoreApi) -> None:
@@ -86,7 +86,7 @@ async def test_groups_round_trip(store: StoreApi) -> None:
         await store.put_group(GroupConfig("g2", max_reconsume_times=-1))
     await store.delete_group("g1")
     assert await store.groups() == []
-    with pytest.raises(InvalidArgument):
+    with pytest.raises(UnknownGroup, match="does not exist"):
         await store.delete_group("g1")
 
 

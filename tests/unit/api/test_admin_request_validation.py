@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from popbroker.admin import convert, revivelog
+from popbroker.admin import convert
 from popbroker.admin.errors import AdminRefusal, status_of_store_error
 from popbroker.store import api
 from popbroker.store import errors as store_errors
@@ -146,17 +146,6 @@ def test_store_errors_map_to_statuses(
     error: store_errors.StoreError, code: grpc.StatusCode, reason: str
 ) -> None:
     assert status_of_store_error(error) == (code, reason)
-
-
-def test_revive_log_constants_agree_with_the_services() -> None:
-    from popbroker.services import revivelog as services_revivelog  # noqa: PLC0415
-    from popbroker.services import settings  # noqa: PLC0415
-
-    assert revivelog.REVIVE_GROUP == settings.REVIVE_GROUP
-    assert revivelog.DELAY_TAG == services_revivelog.DELAY_TAG
-    assert revivelog.PROPERTY_DELAY_TOPIC == services_revivelog.PROPERTY_DELAY_TOPIC
-    assert revivelog.PROPERTY_DELAY_QUEUE == services_revivelog.PROPERTY_DELAY_QUEUE
-    assert revivelog.PROPERTY_DELAY_DELIVER_MS == services_revivelog.PROPERTY_DELAY_DELIVER_MS
 
 
 def test_admin_token_from_a_file_or_the_environment(tmp_path: Path) -> None:

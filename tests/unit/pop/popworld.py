@@ -125,7 +125,6 @@ class PopWorld:
         queue_key = QueueKey(visit.topic, GROUP, visit.queue_id)
         start = popping.pop_offset(
             committed_queue_offset=self.committed.get(queue_key),
-            pending_reset_queue_offset=None,
             pop_cursor=self.buffer.latest_begin_offset(queue_key),
             init_queue_offset=popping.init_queue_offset(
                 topic=visit.topic,

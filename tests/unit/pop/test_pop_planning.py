@@ -99,40 +99,34 @@ def test_queue_id_beyond_read_queues_is_illegal() -> None:
 
 
 def test_pop_offset_is_max_of_committed_and_cursor() -> None:
-    start = popping.pop_offset(
-        committed_queue_offset=10,
-        pending_reset_queue_offset=None,
-        pop_cursor=25,
-        init_queue_offset=0,
-    )
+    start = popping.pop_offset(committed_queue_offset=10, pop_cursor=25, init_queue_offset=0)
     assert start.queue_offset == 25
     assert not start.initialized
-    behind = popping.pop_offset(
-        committed_queue_offset=30,
-        pending_reset_queue_offset=None,
-        pop_cursor=25,
-        init_queue_offset=0,
-    )
+    behind = popping.pop_offset(committed_queue_offset=30, pop_cursor=25, init_queue_offset=0)
     assert behind.queue_offset == 30
 
 
-def test_pending_reset_wins() -> None:
-    start = popping.pop_offset(
-        committed_queue_offset=30, pending_reset_queue_offset=5, pop_cursor=40, init_queue_offset=0
-    )
-    assert start.queue_offset == 5
-    assert start.reset_applied
+def test_a_cursor_alone_decides_and_initializes_nothing() -> None:
+    # What the popack does while its buffer has a cursor: no committed offset read.
+    start = popping.pop_offset(pop_cursor=40)
+    assert start == popping.PopStart(40, initialized=False)
+
+
+def test_without_a_cursor_the_committed_offset_wins_over_the_initial_one() -> None:
+    start = popping.pop_offset(pop_cursor=None, committed_queue_offset=5, init_queue_offset=99)
+    assert start == popping.PopStart(5, initialized=False)
 
 
 def test_new_group_starts_at_the_initial_offset() -> None:
     start = popping.pop_offset(
         committed_queue_offset=None,
-        pending_reset_queue_offset=None,
         pop_cursor=None,
         init_queue_offset=7,
     )
     assert start.queue_offset == 7
     assert start.initialized
+    with pytest.raises(ValueError, match="no pop cursor"):
+        popping.pop_offset(pop_cursor=None)
 
 
 @pytest.mark.parametrize(
@@ -161,16 +155,23 @@ def test_rest_num_accounting() -> None:
     read = popping.rest_contribution(
         VisitOutcome.READ, max_queue_offset=100, pop_queue_offset=10, next_begin_queue_offset=42
     )
-    locked = popping.rest_contribution(
-        VisitOutcome.LOCKED, max_queue_offset=100, pop_queue_offset=10
+    throttled = popping.rest_contribution(
+        VisitOutcome.OVER_THRESHOLD, max_queue_offset=100, pop_queue_offset=10
+    )
+    rejected = popping.rest_contribution(
+        VisitOutcome.REJECTED, max_queue_offset=100, pop_queue_offset=10
     )
     blocked = popping.rest_contribution(
         VisitOutcome.FIFO_BLOCKED, max_queue_offset=100, pop_queue_offset=10
     )
-    assert (read, locked, blocked) == (58, 90, 0)
-    assert popping.total_rest([read, locked, blocked]) == 148
+    assert (read, throttled, rejected, blocked) == (58, 90, 90, 0)
+    # A contended lock or a full batch: the offsets were not read; one wakes another poller.
+    assert popping.rest_contribution(VisitOutcome.LOCKED) == 1
+    assert popping.rest_contribution(VisitOutcome.BATCH_FULL) == 1
     assert (
-        popping.rest_contribution(VisitOutcome.BATCH_FULL, max_queue_offset=5, pop_queue_offset=9)
+        popping.rest_contribution(
+            VisitOutcome.OVER_THRESHOLD, max_queue_offset=5, pop_queue_offset=9
+        )
         == 0
     )
 

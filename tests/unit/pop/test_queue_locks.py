@@ -33,17 +33,17 @@ def test_leaked_lock_is_taken_over_and_the_old_token_cannot_unlock() -> None:
     assert fresh is not None
     assert locks.takeovers == 1
     assert not locks.unlock(KEY, leaked)  # the late holder cannot release the new lock
-    assert locks.is_locked(KEY, 60_001)
+    assert locks.try_lock(KEY, 60_001) is None  # the new holder's lock holds
     assert locks.unlock(KEY, fresh)
-    assert not locks.is_locked(KEY, 60_001)
+    assert locks.try_lock(KEY, 60_001) is not None
 
 
-def test_sweep_drops_only_stale_entries() -> None:
+def test_a_stale_entry_is_replaced_not_added_to() -> None:
     locks = QueueLocks(stale_after_ms=100)
     locks.try_lock(KEY, 0)
     locks.try_lock(QueueKey("t", "g", 1), 50)
-    assert locks.sweep(120) == 1
-    assert len(locks) == 1
+    assert locks.try_lock(KEY, 120) is not None  # taken over in place
+    assert len(locks) == 2
 
 
 def test_unlocked_entries_are_forgotten() -> None:

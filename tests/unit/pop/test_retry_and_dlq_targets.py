@@ -19,7 +19,6 @@ def test_v2_names() -> None:
     assert retrytopics.parse_retry_topic("%RETRY%billing+orders") == ("billing", "orders")
     assert retrytopics.original_topic("%RETRY%billing+orders") == "orders"
     assert retrytopics.original_topic("orders") == "orders"
-    assert retrytopics.is_dlq_topic("%DLQ%billing")
 
 
 def test_v1_collision_cannot_happen_with_v2_names_upstream_17() -> None:
@@ -97,3 +96,41 @@ def test_a_message_is_delivered_at_most_max_plus_one_times(max_reconsume: int) -
 def test_negative_reconsume_is_refused() -> None:
     with pytest.raises(errors.IllegalReconsumeTimes):
         retrytopics.retry_or_dlq(group="g", topic="t", reconsume_times=-1)
+
+
+@pytest.mark.parametrize(
+    ("delivered_times", "max_reconsume_times", "expected"),
+    [(0, 0, False), (1, 0, True), (16, 16, False), (17, 16, True), (3, 2, True)],
+)
+def test_exhausted_when_delivered_more_than_max_reconsume_times(
+    delivered_times: int, max_reconsume_times: int, expected: bool
+) -> None:
+    assert retrytopics.exhausted(delivered_times, max_reconsume_times) is expected
+
+
+def test_exhausted_refuses_negative_counts() -> None:
+    with pytest.raises(errors.IllegalReconsumeTimes):
+        retrytopics.exhausted(-1, 16)
+    with pytest.raises(errors.IllegalReconsumeTimes):
+        retrytopics.exhausted(1, -1)
+
+
+def test_dead_letter_copy_keeps_properties_and_sets_origin_once() -> None:
+    first = retrytopics.dead_letter(
+        group="billing", original_topic="orders", properties={"K": "v"}, delivered_times=4
+    )
+    assert first == retrytopics.DeadLetter(
+        topic="%DLQ%billing",
+        queue_id=0,
+        properties={"K": "v", "ORIGIN_TOPIC": "orders"},
+        reconsume_times=4,
+    )
+    later = retrytopics.dead_letter(
+        group="billing",
+        original_topic="other",
+        properties={"ORIGIN_TOPIC": "orders"},
+        delivered_times=1,
+    )
+    assert later.properties == {"ORIGIN_TOPIC": "orders"}
+    with pytest.raises(errors.IllegalReconsumeTimes):
+        retrytopics.dead_letter(group="g", original_topic="t", properties={}, delivered_times=-1)

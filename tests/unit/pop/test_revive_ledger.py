@@ -206,7 +206,7 @@ def test_duplicate_ck_records_merge() -> None:
     ledger = _ledger()
     ck = _ck()
     ledger.observe_ck(ck, 0)
-    ledger.observe_ck(checkpoints.mark_acked(ck, 100), 5)
+    ledger.observe_ck(checkpoints.with_bitmap(ck, 0b1), 5)  # offset 100 acked
     (task,) = ledger.due(10**9)
     assert task.queue_offsets == (101, 102)
     assert task.revive_queue_offset == 0

@@ -41,6 +41,7 @@ def test_ck_record_uses_rocketmq_short_keys_and_round_trips() -> None:
     encoded = records.encode(CK)
     assert encoded.tag == "ck"
     assert json.loads(encoded.body) == {
+        "v": 1,
         "so": 100,
         "pt": 1_722_325_671_049,
         "it": 60_000,
@@ -87,6 +88,38 @@ def test_acks_always_carry_bn_when_built_from_a_key_upstream_8835() -> None:
     assert json.loads(records.encode(ack).body)["bn"] == "broker-a"
 
 
+def test_every_record_written_carries_the_format_version() -> None:
+    for record in (CK, ACK, records.ack_for(CK.key, (100, 105))):
+        assert json.loads(records.encode(record).body)["v"] == records.FORMAT_VERSION == 1
+
+
+def test_bodies_written_before_the_version_still_read() -> None:
+    # What brokers wrote before "v" existed: the same keys, no version.
+    old_ck = (
+        b'{"so":100,"pt":1722325671049,"it":60000,"bm":2,"n":3,"q":1,'
+        b'"t":"orders","c":"billing","d":[0,1,5],"bn":"broker-a","rp":2}'
+    )
+    assert records.decode("ck", old_ck, revive_queue_id=3) == CK
+    old_ack = (
+        b'{"ao":105,"so":100,"c":"billing","t":"orders","q":1,"pt":1722325671049,"bn":"broker-a"}'
+    )
+    assert records.decode("ack", old_ack, revive_queue_id=3) == ACK
+
+
+def test_a_newer_version_with_unknown_keys_reads_when_the_required_keys_are_there() -> None:
+    # A rolling upgrade: a newer popack adds a field; this revive role must not drop the CK.
+    newer = json.loads(records.encode(CK).body)
+    newer.update({"v": 2, "zz": {"nested": [1, 2]}, "xp": "later"})
+    assert records.decode("ck", json.dumps(newer).encode(), revive_queue_id=3) == CK
+    ack_body = b'{"v":2,"ao":1,"so":0,"c":"g","t":"t","q":0,"pt":1,"zz":1}'
+    ack = records.decode("ack", ack_body, revive_queue_id=0)
+    assert isinstance(ack, AckRecord)
+    assert ack.ack_queue_offsets == (1,)
+    missing = {k: v for k, v in newer.items() if k != "pt"}
+    with pytest.raises(errors.MalformedRecord, match="lacks keys"):
+        records.decode("ck", json.dumps(missing).encode(), revive_queue_id=3)
+
+
 @pytest.mark.parametrize(
     ("tag", "body"),
     [
@@ -103,7 +136,10 @@ def test_acks_always_carry_bn_when_built_from_a_key_upstream_8835() -> None:
         ("ack", b'{"ao":"1","so":0,"c":"g","t":"t","q":0,"pt":1}'),
         ("ack", b'{"ao":-2,"so":0,"c":"g","t":"t","q":0,"pt":1}'),
         ("ack", b'{"ao":1,"so":0,"c":"","t":"t","q":0,"pt":1}'),
-        ("ack", b'{"ao":1,"so":0,"c":"g","t":"t","q":0,"pt":1,"zz":1}'),
+        ("ack", b'{"v":0,"ao":1,"so":0,"c":"g","t":"t","q":0,"pt":1}'),
+        ("ack", b'{"v":"1","ao":1,"so":0,"c":"g","t":"t","q":0,"pt":1}'),
+        ("ack", b'{"v":true,"ao":1,"so":0,"c":"g","t":"t","q":0,"pt":1}'),
+        ("ack", b'{"v":2,"so":0,"c":"g","t":"t","q":0,"pt":1,"zz":1}'),
         ("ack", b'{"ao":1,"so":0,"c":"g","t":"t","q":0,"pt":1,"bn":7}'),
         ("bAck", b'{"ao":1,"so":0,"c":"g","t":"t","q":0,"pt":1,"aol":[1]}'),
         ("bAck", b'{"ao":-1,"so":0,"c":"g","t":"t","q":0,"pt":1,"aol":[]}'),
@@ -151,7 +187,7 @@ def test_encoding_an_empty_ack_is_refused() -> None:
 
 
 def test_written_bitmap_is_the_one_in_memory() -> None:
-    acked = checkpoints.mark_acked(CK, 100)
+    acked = checkpoints.with_bitmap(CK, 0b1)  # offset 100 acked
     decoded = records.decode("ck", records.encode(acked).body, revive_queue_id=3)
     assert isinstance(decoded, Checkpoint)
     assert decoded.ack_bitmap == 0b011

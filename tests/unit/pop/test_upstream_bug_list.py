@@ -113,7 +113,7 @@ def test_13_never_acking_consumer_stops_at_the_inflight_threshold() -> None:
     queue = QueueKey("orders", "billing", 0)
     popped = 0
     for start in range(0, 3200, 32):
-        if counter.over_threshold(queue, 64, now_ms=0):
+        if counter.room(queue, 64, now_ms=0) == 0:
             break
         batch = CheckpointKey("orders", "billing", 0, start, 0, "b")
         counter.on_pop(batch, range(start, start + 32), until_ms=60_000)
@@ -121,7 +121,7 @@ def test_13_never_acking_consumer_stops_at_the_inflight_threshold() -> None:
     assert popped == 64
     for offset in range(32):  # acks bring it back under
         counter.on_ack(CheckpointKey("orders", "billing", 0, 0, 0, "b"), offset)
-    assert not counter.over_threshold(queue, 64, now_ms=0)
+    assert counter.room(queue, 64, now_ms=0) != 0
     counter.on_ack(CheckpointKey("orders", "billing", 0, 9_999, 0, "b"), 9_999)  # pre-restart
     assert counter.inflight(queue, now_ms=0) == 32
     assert counter.inflight(queue, now_ms=60_000) == 0  # past the deadline revive owns them

@@ -25,6 +25,7 @@ from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.reviving import ReviveService
 from popbroker.services.routing import Endpoint
 from popbroker.services.settings import PopackSettings, ReviveRoleSettings
+from popbroker.store import names
 from popbroker.store.api import GroupConfig, MessageType, TopicConfig
 from popbroker.store.local import LocalStore, small_settings
 
@@ -105,7 +106,14 @@ class Broker:
         await self.popack.flusher.flush_once()
 
     async def revive_step(self) -> None:
-        await self.revive.step_all()
+        """One step of every revive worker, as the revive role's loop takes them."""
+        for worker in self.revive.workers:
+            await worker.step()
+
+    async def persisted_revive_offset(self, revive_queue_id: int) -> int | None:
+        """The revive progress the store holds for one revive queue."""
+        topic = names.revive_topic((await self.store.info()).cluster)
+        return await self.store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
 
 
 @pytest.fixture

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from popbroker.admin import revivelog
 from popbroker.admin.convert import check_name
 from popbroker.admin.errors import NotFound
 from popbroker.admin.popstate import PopStateProvider
@@ -129,7 +128,7 @@ async def revive_stats(
         bounds = await _bounds(store, topic, revive_queue_id)
         if bounds is None:
             continue
-        progress = await store.committed_offset(revivelog.REVIVE_GROUP, topic, revive_queue_id)
+        progress = await store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
         start = (
             bounds.min_queue_offset if progress is None else max(progress, bounds.min_queue_offset)
         )

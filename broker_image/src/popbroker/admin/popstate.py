@@ -32,8 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from popbroker.admin import revivelog
-from popbroker.pop import checkpoints, records
+from popbroker.pop import checkpoints, records, revivelog
 from popbroker.pop import errors as pop_errors
 from popbroker.pop.checkpointbuffer import BufferStats
 from popbroker.pop.checkpoints import Checkpoint, CheckpointKey, QueueKey
@@ -128,7 +127,7 @@ class StorePopState:
     async def _scan_queue(
         self, topic: str, revive_queue_id: int, *, local_broker_name: str
     ) -> tuple[dict[CheckpointKey, Checkpoint], ReviveLedger]:
-        start = await self._store.committed_offset(revivelog.REVIVE_GROUP, topic, revive_queue_id)
+        start = await self._store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
         try:
             bounds = await self._store.bounds(topic, revive_queue_id)
         except UnknownTopic:
@@ -161,7 +160,12 @@ class StorePopState:
                 self._observe(
                     ledger,
                     pending,
-                    revivelog.decode(message, revive_queue_id=revive_queue_id),
+                    revivelog.decode(
+                        message.tag,
+                        message.properties,
+                        message.body,
+                        revive_queue_id=revive_queue_id,
+                    ),
                     position=message.queue_offset,
                     local_broker_name=local_broker_name,
                 )

@@ -21,17 +21,17 @@ sent ``page_size`` rows at a time, each row with its queue's bounds and, when
 asked, the store time of its oldest unconsumed message. A row's key is its
 resume position; a page's ``resume_after`` is its last row's key.
 
-Callers: :mod:`popbroker.admin.servicer`; :mod:`popbroker.admin.revivelog` decodes the records.
+Callers: :mod:`popbroker.admin.servicer`; :mod:`popbroker.pop.revivelog` decodes the records.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from popbroker.admin import inspecting, revivelog
+from popbroker.admin import inspecting
 from popbroker.admin.errors import InvalidArgument, NotFound, OutOfRange
 from popbroker.admin.popstate import PopStateProvider
-from popbroker.pop import records
+from popbroker.pop import records, revivelog
 from popbroker.pop.checkpoints import Checkpoint, QueueKey
 from popbroker.store import names
 from popbroker.store.api import PROPERTY_TAGS, CommittedOffset, ReadStatus, StoreApi, StoredMessage
@@ -65,7 +65,9 @@ def record_to_pb(message: StoredMessage, *, revive_queue_id: int) -> pb.ReviveRe
         store_timestamp_ms=message.store_timestamp_ms,
         tag=tag,
     )
-    decoded = revivelog.decode(message, revive_queue_id=revive_queue_id)
+    decoded = revivelog.decode(
+        tag, message.properties, message.body, revive_queue_id=revive_queue_id
+    )
     if isinstance(decoded, Checkpoint):
         out.kind = pb.REVIVE_RECORD_KIND_CHECKPOINT
         out.checkpoint.CopyFrom(
@@ -105,7 +107,7 @@ def record_to_pb(message: StoredMessage, *, revive_queue_id: int) -> pb.ReviveRe
             pb.DelayRecord(
                 topic=decoded.topic,
                 queue_id=decoded.queue_id,
-                deliver_time_ms=decoded.deliver_time_ms,
+                deliver_time_ms=decoded.deliver_ms,
             )
         )
     else:

@@ -7,6 +7,8 @@ explicit object the services layer owns and serialises. Modules:
   * :mod:`~popbroker.pop.receipts` — receipt handles (encode, strict decode).
   * :mod:`~popbroker.pop.checkpoints` — checkpoints, match keys, bitmaps.
   * :mod:`~popbroker.pop.records` — ``ck``/``ack``/``bAck`` revive-log bodies.
+  * :mod:`~popbroker.pop.revivelog` — the revive-log envelope (tags, delay
+    properties) and its one decoder.
   * :mod:`~popbroker.pop.checkpointbuffer` — in-memory CKs, ack merge, commit order.
   * :mod:`~popbroker.pop.popping` — request validation, visit order, pop offsets.
   * :mod:`~popbroker.pop.queuelocks` — timed non-blocking queue locks.

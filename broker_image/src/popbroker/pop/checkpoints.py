@@ -19,8 +19,8 @@ Invariants (checked on construction, :class:`InvalidCheckpoint` otherwise):
     never stored twice.
   * diffs are non-negative and strictly increasing.
   * ``0 <= ack_bitmap < 2**count``.
-  * values are immutable: :func:`mark_acked` returns a new CK and only ever
-    *sets* bits — a bit never un-acks.
+  * values are immutable: :func:`with_bitmap` returns a new CK and only ever
+    *sets* bits (OR) — a bit never un-acks.
 
 Match key: acks find their CK by :class:`CheckpointKey`, the tuple
 ``(topic, group, queue_id, start_queue_offset, pop_time_ms, broker_name)`` —
@@ -187,17 +187,6 @@ def queue_offsets(ck: Checkpoint) -> tuple[int, ...]:
 def is_acked(ck: Checkpoint, index: int) -> bool:
     """True when message ``index`` of ``ck`` is acked."""
     return bool(ck.ack_bitmap >> index & 1)
-
-
-def mark_acked(ck: Checkpoint, queue_offset: int) -> Checkpoint:
-    """Return ``ck`` with the message at ``queue_offset`` acked (idempotent).
-
-    Raises :class:`InvalidCheckpoint` when ``queue_offset`` is not in the batch.
-    """
-    index = index_of(ck, queue_offset)
-    if index is None:
-        raise errors.InvalidCheckpoint(f"queue offset {queue_offset} is not in the checkpoint")
-    return with_bitmap(ck, 1 << index)
 
 
 def with_bitmap(ck: Checkpoint, ack_bitmap: int) -> Checkpoint:

@@ -17,19 +17,22 @@ A pop request, as numbered steps (the services layer drives them):
      ``retry_first`` (never for FIFO), then the requested queue — or all
      queues, starting at ``(random_percent + i) % read_queue_num`` when the
      queue id is -1 — then the retry topic as filler when it was not first.
-  5. Per queue: try the queue lock (contended → skip, :func:`rest_contribution`
-     counts ``max - pop offset``); compute the pop offset with
-     :func:`pop_offset` under the lock; read at most the remaining batch
-     (:func:`remaining_batch`); register the CK; unlock; add the backlog
-     behind the read to ``rest_num``.
+  5. Per queue: try the queue lock (contended → skip); compute the pop
+     offset with :func:`pop_offset` under the lock; read at most the
+     remaining batch (:func:`remaining_batch`); register the CK; unlock. Each
+     visit adds its :func:`rest_contribution` to the response's ``rest_num``.
 
-Pop offset decisions (fact sheet §1.5):
+Pop offset decisions (fact sheet §1.5), :func:`pop_offset`:
 
-  * A pending server-side reset wins, and the caller must clear the queue's
-    checkpoint-buffer deque and FIFO block and commit the reset offset.
-  * Otherwise ``max(committed or initial offset, pop cursor)`` — the pop
-    cursor is the checkpoint buffer's ``latest_begin_offset`` (end of the
-    newest in-flight batch), so in-flight offsets are never handed out twice.
+  * The pop cursor — the checkpoint buffer's ``latest_begin_offset``, the end
+    of the newest in-flight batch — when the buffer has one, so in-flight
+    offsets are never handed out twice. It is never behind the committed
+    offset while the process runs (commits only reach handed-off batches; an
+    offset reset clears the cursor), so the caller need not read the
+    committed offset then; given both, the larger wins.
+  * Without a cursor (a new process, a cleared queue, FIFO): the committed
+    offset; without one, the initial offset, which the caller commits at once
+    (``PopStart.initialized``) so a restart does not move it.
   * Initial offset of a group that never committed on the queue
     (:func:`init_queue_offset`): retry topics and ``InitMode.MIN`` start at
     the queue's min offset. ``InitMode.MAX`` (what gRPC consumers use) starts
@@ -51,8 +54,9 @@ ack of a pre-restart pop changes nothing), a change of invisible time moves the
 message into a new one-message batch, and a batch whose deadline passed stops
 counting (revive hands its messages out again, from the retry topic). A
 non-FIFO queue reads at most the room left under the threshold, and a queue
-with no room is skipped (``VisitOutcome.OVER_THRESHOLD``: its backlog goes to
-``rest_num``; the pop returns fewer or no messages and reports the skip), so
+with no room (``room == 0``) is skipped (``VisitOutcome.OVER_THRESHOLD``: its
+backlog goes to ``rest_num``; the pop returns fewer or no messages and
+reports the skip), so
 a consumer that never acks cannot pile up unbounded in-flight work and revive
 traffic. FIFO queues are bounded by blocking instead. The counter is
 memory-only: after a restart it starts empty, which only lets a queue be
@@ -73,7 +77,6 @@ from popbroker.pop.checkpoints import CheckpointKey, QueueKey
 MAX_BATCH_SIZE = 32
 POP_RETRY_PROBABILITY_PERCENT = 20
 ALL_QUEUES = -1
-DEFAULT_REVIVE_QUEUE_NUM = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,8 +105,9 @@ class VisitOutcome(enum.Enum):
 
     READ = "read"  # messages (or an empty scan) read up to next_begin
     LOCKED = "locked"  # queue lock contended: skipped
-    BATCH_FULL = "batch_full"  # the batch was already full: skipped
+    BATCH_FULL = "batch_full"  # the batch was already full: the rest is not visited
     OVER_THRESHOLD = "over_threshold"  # too many in-flight messages: skipped
+    REJECTED = "rejected"  # read, but the checkpoint buffer refused the CK: nothing returned
     FIFO_BLOCKED = "fifo_blocked"  # FIFO queue blocked: adds nothing (#8592)
 
 
@@ -118,11 +122,10 @@ class QueueVisit:
 
 @dataclass(frozen=True, slots=True)
 class PopStart:
-    """Where a pop of one queue starts and what the caller must do first."""
+    """Where a pop of one queue starts."""
 
     queue_offset: int
-    reset_applied: bool  # commit it, clear the buffer deque and FIFO block
-    initialized: bool  # no committed offset existed: commit ``queue_offset``
+    initialized: bool  # no cursor and no committed offset: commit ``queue_offset`` now
 
 
 def validate_batch_size(max_messages: int) -> int:
@@ -205,19 +208,25 @@ def init_queue_offset(
 
 def pop_offset(
     *,
-    committed_queue_offset: int | None,
-    pending_reset_queue_offset: int | None,
     pop_cursor: int | None,
-    init_queue_offset: int,
+    committed_queue_offset: int | None = None,
+    init_queue_offset: int | None = None,
 ) -> PopStart:
-    """Where to pop the queue: reset, else ``max(committed or init, pop cursor)``."""
-    if pending_reset_queue_offset is not None:
-        return PopStart(pending_reset_queue_offset, reset_applied=True, initialized=False)
-    initialized = committed_queue_offset is None
-    base = init_queue_offset if committed_queue_offset is None else committed_queue_offset
-    if pop_cursor is not None and pop_cursor > base:
-        base = pop_cursor
-    return PopStart(base, reset_applied=False, initialized=initialized)
+    """Where to pop the queue (see "Pop offset decisions" in the module docstring).
+
+    ``committed_queue_offset`` is None when there is none or when the caller,
+    holding a cursor, did not read it; ``init_queue_offset`` is needed only
+    when neither a cursor nor a committed offset exists (else ValueError).
+    """
+    if pop_cursor is not None:
+        if committed_queue_offset is not None and committed_queue_offset > pop_cursor:
+            return PopStart(committed_queue_offset, initialized=False)
+        return PopStart(pop_cursor, initialized=False)
+    if committed_queue_offset is not None:
+        return PopStart(committed_queue_offset, initialized=False)
+    if init_queue_offset is None:
+        raise ValueError("no pop cursor, committed offset or initial offset")
+    return PopStart(init_queue_offset, initialized=True)
 
 
 def remaining_batch(max_messages: int, already_read: int) -> int:
@@ -228,26 +237,26 @@ def remaining_batch(max_messages: int, already_read: int) -> int:
 def rest_contribution(
     outcome: VisitOutcome,
     *,
-    max_queue_offset: int,
-    pop_queue_offset: int,
+    max_queue_offset: int = 0,
+    pop_queue_offset: int = 0,
     next_begin_queue_offset: int | None = None,
 ) -> int:
     """Backlog one visit adds to ``rest_num`` (fact sheet §1.7).
 
-    A read adds ``max - next_begin``; a skipped queue ``max - pop offset``; a
-    blocked FIFO queue nothing, so its arrivals cause no useless wake-ups.
+    A read adds ``max - next_begin``; a queue skipped for the in-flight guard
+    or read in vain (the CK refused) ``max - pop offset``; a contended lock or
+    a full batch, whose offsets were not read, 1 — enough to wake another
+    poller; a blocked FIFO queue nothing, so its arrivals cause no useless
+    wake-ups.
     """
     if outcome is VisitOutcome.FIFO_BLOCKED:
         return 0
+    if outcome in (VisitOutcome.LOCKED, VisitOutcome.BATCH_FULL):
+        return 1
     if outcome is VisitOutcome.READ:
         end = pop_queue_offset if next_begin_queue_offset is None else next_begin_queue_offset
         return max(0, max_queue_offset - end)
     return max(0, max_queue_offset - pop_queue_offset)
-
-
-def total_rest(contributions: Sequence[int]) -> int:
-    """Sum of visit contributions: the response's ``rest_num``."""
-    return sum(contributions)
 
 
 class InflightCounter:
@@ -299,10 +308,6 @@ class InflightCounter:
         if threshold <= 0:
             return None
         return max(0, threshold - self.inflight(queue_key, now_ms))
-
-    def over_threshold(self, queue_key: QueueKey, threshold: int, now_ms: int) -> bool:
-        """True when the queue must be skipped: no room left under ``threshold``."""
-        return self.room(queue_key, threshold, now_ms) == 0
 
 
 def _queue_of(batch: CheckpointKey) -> QueueKey:

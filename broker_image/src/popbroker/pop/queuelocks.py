@@ -19,8 +19,9 @@ Decisions:
     token**, so the leaked holder's late ``unlock`` is refused instead of
     releasing the new holder's lock.
   * Unlocked entries are deleted at once, so the table holds only held locks
-    (its size is bounded by concurrent pops); ``sweep`` drops stale ones for
-    tidiness and metrics.
+    (its size is bounded by concurrent pops). A leaked entry stays until the
+    next ``try_lock`` of its key takes it over; no background sweep is needed,
+    since a pop always unlocks in a ``finally``.
 
 Concurrency: none here. The caller serialises every call (one lock in the
 services layer, or the single asyncio loop); a pop holds the *queue* lock
@@ -78,22 +79,6 @@ class QueueLocks:
             return False
         del self._held[key]
         return True
-
-    def is_locked(self, key: QueueKey, now_ms: int) -> bool:
-        """True while ``key`` is held and not yet stale."""
-        held = self._held.get(key)
-        return held is not None and now_ms - held.locked_at_ms < self._stale_after_ms
-
-    def sweep(self, now_ms: int) -> int:
-        """Drop stale locks; return how many were dropped."""
-        stale = [
-            key
-            for key, held in self._held.items()
-            if now_ms - held.locked_at_ms >= self._stale_after_ms
-        ]
-        for key in stale:
-            del self._held[key]
-        return len(stale)
 
     def __len__(self) -> int:
         return len(self._held)

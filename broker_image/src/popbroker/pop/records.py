@@ -5,11 +5,12 @@ Purpose: the popack role appends checkpoints and acks to the revive log
 role reads them back. This module owns the bytes of those record bodies.
 
 Format: a record is a tag plus a compact JSON object (UTF-8, no spaces,
-keys in the order below) using RocketMQ's short keys (fact sheet §2.1/§2.2):
+keys in the order below) using RocketMQ's short keys (fact sheet §2.1/§2.2)
+and a format version ``"v"``:
 
   * tag ``ck`` — a checkpoint::
 
-        {"so":100,"pt":1722325671049,"it":60000,"bm":0,"n":3,"q":1,
+        {"v":1,"so":100,"pt":1722325671049,"it":60000,"bm":0,"n":3,"q":1,
          "t":"orders","c":"billing","d":[0,1,5],"bn":"broker-a","rp":0}
 
     ``so`` start queue offset, ``pt`` pop time (ms), ``it`` invisible time
@@ -23,7 +24,8 @@ keys in the order below) using RocketMQ's short keys (fact sheet §2.1/§2.2):
     so acks merged in memory before the flush need no separate ACK records.
   * tag ``ack`` — one acked message::
 
-        {"ao":101,"so":100,"c":"billing","t":"orders","q":1,"pt":1722325671049,"bn":"broker-a"}
+        {"v":1,"ao":101,"so":100,"c":"billing","t":"orders","q":1,"pt":1722325671049,
+         "bn":"broker-a"}
 
   * tag ``bAck`` — several acked messages of one CK: as ``ack`` with
     ``"ao":-1`` plus ``"aol":[101,102]`` (1..32 offsets).
@@ -32,10 +34,20 @@ keys in the order below) using RocketMQ's short keys (fact sheet §2.1/§2.2):
 broker (upstream #8460). We always write it (upstream #8835 lost acks that
 lacked it).
 
+Format version: every body we write carries ``"v": FORMAT_VERSION`` (1).
+Bodies written before the version existed have no ``"v"`` and read as
+version 1. A reader does not refuse a newer version: it reads the keys it
+knows and **skips keys it does not know**, so a writer may add a field in a
+rolling upgrade and an older revive role still reads the record (it must
+never drop a CK because a newer popack wrote it). A change that an older
+reader would misread — a key whose meaning or type changes, a required key
+removed — needs a new tag, not a new ``"v"``.
+
 Decoding rules: the body must be at most ``MAX_RECORD_BYTES``, valid UTF-8
-JSON, an object with exactly the expected keys; integers must be JSON
-integers (not booleans, floats or strings) in range; strings non-empty and at
-most ``MAX_NAME_CHARS``. Any violation raises
+JSON, an object holding every required key; ``"v"``, when present, a
+positive integer; integers must be JSON integers (not booleans, floats or
+strings) in range; strings non-empty and at most ``MAX_NAME_CHARS``. Unknown
+keys are skipped. Any violation raises
 :class:`~popbroker.pop.errors.MalformedRecord` — never ``KeyError``,
 ``TypeError``, ``RecursionError`` or a JSON error.
 
@@ -57,6 +69,8 @@ ACK_TAG: Final = "ack"
 BATCH_ACK_TAG: Final = "bAck"
 MAX_RECORD_BYTES = 8192
 MAX_NAME_CHARS = 1024
+FORMAT_VERSION: Final = 1
+VERSION_KEY: Final = "v"
 _MAX_INT = 2**63 - 1
 
 _CK_KEYS = frozenset({"so", "pt", "it", "bm", "n", "q", "t", "c", "d", "bn", "rp"})
@@ -131,6 +145,7 @@ def encode(record: Record) -> EncodedRecord:
 
 def _encode_checkpoint(ck: checkpoints.Checkpoint) -> EncodedRecord:
     body = {
+        VERSION_KEY: FORMAT_VERSION,
         "so": ck.start_queue_offset,
         "pt": ck.pop_time_ms,
         "it": ck.invisible_ms,
@@ -150,6 +165,7 @@ def _encode_ack(ack: AckRecord) -> EncodedRecord:
     if not ack.ack_queue_offsets:
         raise errors.MalformedRecord("an ack record needs at least one queue offset")
     body: dict[str, Any] = {
+        VERSION_KEY: FORMAT_VERSION,
         "ao": -1 if ack.is_batch else ack.ack_queue_offsets[0],
         "so": ack.start_queue_offset,
         "c": ack.group,
@@ -199,7 +215,7 @@ def _reject_constant(name: str) -> None:
 
 
 def _decode_checkpoint(obj: dict[str, Any], revive_queue_id: int) -> checkpoints.Checkpoint:
-    _check_keys(obj, required=_CK_KEYS, optional=frozenset())
+    _check_keys(obj, required=_CK_KEYS)
     diffs = _int_list(obj, "d", max_len=checkpoints.MAX_CHECKPOINT_MESSAGES)
     if _int(obj, "n") != len(diffs):
         raise errors.MalformedRecord("ck field n differs from the length of d")
@@ -223,14 +239,14 @@ def _decode_checkpoint(obj: dict[str, Any], revive_queue_id: int) -> checkpoints
 
 def _decode_ack(obj: dict[str, Any], *, batch: bool) -> AckRecord:
     if batch:
-        _check_keys(obj, required=_BATCH_ACK_KEYS - {"bn"}, optional=frozenset({"bn"}))
+        _check_keys(obj, required=_BATCH_ACK_KEYS - {"bn"})
         if not (_is_int(obj["ao"]) and obj["ao"] == -1):
             raise errors.MalformedRecord("bAck record must carry ao = -1")
         offsets = _int_list(obj, "aol", max_len=checkpoints.MAX_CHECKPOINT_MESSAGES)
         if not offsets:
             raise errors.MalformedRecord("bAck record has an empty aol")
     else:
-        _check_keys(obj, required=_ACK_KEYS - {"bn"}, optional=frozenset({"bn"}))
+        _check_keys(obj, required=_ACK_KEYS - {"bn"})
         offsets = (_int(obj, "ao"),)
     return AckRecord(
         topic=_name(obj, "t"),
@@ -243,14 +259,15 @@ def _decode_ack(obj: dict[str, Any], *, batch: bool) -> AckRecord:
     )
 
 
-def _check_keys(obj: dict[str, Any], *, required: frozenset[str], optional: frozenset[str]) -> None:
-    keys = frozenset(obj)
-    missing = required - keys
+def _check_keys(obj: dict[str, Any], *, required: frozenset[str]) -> None:
+    """Every required key is present and the version, if any, is valid; other keys are skipped."""
+    missing = required - frozenset(obj)
     if missing:
         raise errors.MalformedRecord(f"record lacks keys {sorted(missing)}")
-    unknown = keys - required - optional
-    if unknown:
-        raise errors.MalformedRecord(f"record has unknown keys {sorted(unknown)}")
+    if VERSION_KEY in obj:
+        version = obj[VERSION_KEY]
+        if not _is_int(version) or not 0 < version <= _MAX_INT:
+            raise errors.MalformedRecord("record field v is not a positive integer")
 
 
 def _is_int(value: object) -> bool:

@@ -1,8 +1,11 @@
-"""Retry and dead-letter topic names, and the retry-or-DLQ decision of revive.
+"""Retry and dead-letter topic names, and the one dead-letter rule.
 
 Purpose: revive copies every un-acked message of an expired checkpoint either
 to the group's retry topic or, past the group's max reconsume times, to its
-dead-letter topic. This module owns those names and that decision.
+dead-letter topic; FIFO pop dead-letters a message it would otherwise hand
+out once too often; a client may forward a message to the DLQ itself. This
+module owns those names, the "retries exhausted" test and the shape of a
+dead-letter copy, so all three paths follow one rule.
 
 Names (DESIGN §3.1, fact sheet §3.6):
 
@@ -13,25 +16,40 @@ Names (DESIGN §3.1, fact sheet §3.6):
     produce v1 names.
   * dead letter: ``%DLQ%<group>``.
 
-Decisions (DLQ policy, upstream #8332 / fact sheet §3.7): **revive enforces
-the max reconsume times itself** instead of relying on clients or a proxy:
+Dead-letter semantics (RocketMQ 5; DLQ policy upstream #8332 / fact sheet
+§3.7 — **the broker enforces the max reconsume times itself** instead of
+relying on clients or a proxy), as numbered rules:
 
-  1. A message read from a retry topic is retried into the *same* retry topic
-     (a retry of a retry never nests names).
-  2. ``reconsume_times + 1 > max_reconsume_times`` → dead-letter topic,
-     otherwise retry topic; the copy carries ``reconsume_times + 1`` in both
-     cases. With the default 16 a message is delivered at most 17 times
-     (RocketMQ's ``maxAttempts = retryMaxTimes + 1``); with 0 the first
-     expiry goes straight to the DLQ.
-  3. "Exactly once" into the DLQ is the revive ledger's job (one task per
+  1. ``delivered_times`` is how often the message was handed out already.
+     Retries are :func:`exhausted` when ``delivered_times >
+     max_reconsume_times``: with the default 16 a message is delivered at most
+     17 times (RocketMQ's ``maxAttempts = retryMaxTimes + 1``); with 0 the
+     first expiry goes straight to the DLQ. Revive passes ``reconsume_times +
+     1`` (the expired delivery counts); FIFO pop passes the message's count of
+     earlier deliveries, so a FIFO message goes to the DLQ when its reconsume
+     times reach the maximum and it would be delivered once more (RocketMQ's
+     orderly rule ``reconsumeTimes >= maxReconsumeTimes`` after the failed
+     attempt).
+  2. A message read from a retry topic is retried into the *same* retry topic
+     (a retry of a retry never nests names); a retry copy carries
+     ``reconsume_times + 1``.
+  3. A dead-letter copy (:func:`dead_letter`) goes to ``%DLQ%<group>`` queue 0,
+     carries ``reconsume_times = delivered_times``, and keeps every property;
+     ``ORIGIN_TOPIC`` (RocketMQ's ``RETRY_TOPIC``) is set to the user topic
+     **only if it is not set yet**: the first hop names the original topic and
+     a later hop (retry topic → DLQ) never overwrites it. Retry copies follow
+     the same property rule (:func:`with_origin`).
+  4. "Exactly once" into the DLQ is the revive ledger's job (one task per
      un-acked index, completed once); see :mod:`popbroker.pop.reviving`.
 
 Callers: the revive services (target of each re-put), the popack services
-(retry topic to read for a group, real topic of an ack for a retry handle).
+(retry topic to read for a group, real topic of an ack for a retry handle,
+FIFO dead letters, forward to DLQ).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from popbroker.pop import errors
@@ -40,6 +58,8 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 RETRY_V2_SEPARATOR = "+"
 DEFAULT_MAX_RECONSUME_TIMES = 16
+# On retry and dead-letter copies: the topic the message was sent to (RocketMQ's RETRY_TOPIC).
+PROPERTY_ORIGIN_TOPIC = "ORIGIN_TOPIC"
 
 
 def retry_topic(group: str, topic: str) -> str:
@@ -59,11 +79,6 @@ def dlq_topic(group: str) -> str:
 def is_retry_topic(topic: str) -> bool:
     """True for any retry topic name (``%RETRY%`` prefix)."""
     return topic.startswith(RETRY_PREFIX)
-
-
-def is_dlq_topic(topic: str) -> bool:
-    """True for a dead-letter topic name."""
-    return topic.startswith(DLQ_PREFIX)
 
 
 def parse_retry_topic(topic: str) -> tuple[str, str]:
@@ -96,6 +111,13 @@ class RetryTarget:
     dead_letter: bool
 
 
+def exhausted(delivered_times: int, max_reconsume_times: int) -> bool:
+    """True when a message handed out ``delivered_times`` times goes to the DLQ (rule 1)."""
+    if delivered_times < 0 or max_reconsume_times < 0:
+        raise errors.IllegalReconsumeTimes("reconsume times must not be negative")
+    return delivered_times > max_reconsume_times
+
+
 def retry_or_dlq(
     *,
     group: str,
@@ -108,13 +130,52 @@ def retry_or_dlq(
     ``topic`` is the checkpoint's topic (original or retry); ``reconsume_times``
     is the message's current count. See the module docstring for the rule.
     """
-    if reconsume_times < 0 or max_reconsume_times < 0:
+    if reconsume_times < 0:
         raise errors.IllegalReconsumeTimes("reconsume times must not be negative")
     next_times = reconsume_times + 1
-    if next_times > max_reconsume_times:
+    if exhausted(next_times, max_reconsume_times):
         return RetryTarget(
             topic=dlq_topic(group), queue_id=0, reconsume_times=next_times, dead_letter=True
         )
     return RetryTarget(
         topic=retry_topic(group, topic), queue_id=0, reconsume_times=next_times, dead_letter=False
+    )
+
+
+def with_origin(properties: Mapping[str, str], *, original_topic: str) -> dict[str, str]:
+    """A copy of ``properties`` naming ``original_topic`` unless an earlier hop did (rule 3)."""
+    copied = dict(properties)
+    copied.setdefault(PROPERTY_ORIGIN_TOPIC, original_topic)
+    return copied
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """What a dead-letter copy of a message is: where it goes and what it carries."""
+
+    topic: str
+    queue_id: int
+    properties: dict[str, str]
+    reconsume_times: int
+
+
+def dead_letter(
+    *,
+    group: str,
+    original_topic: str,
+    properties: Mapping[str, str],
+    delivered_times: int,
+) -> DeadLetter:
+    """The dead-letter copy of a message of ``group`` sent to ``original_topic`` (rule 3).
+
+    ``original_topic`` is the user topic (not a retry topic);
+    ``delivered_times`` how often the message was handed out.
+    """
+    if delivered_times < 0:
+        raise errors.IllegalReconsumeTimes("reconsume times must not be negative")
+    return DeadLetter(
+        topic=dlq_topic(group),
+        queue_id=0,
+        properties=with_origin(properties, original_topic=original_topic),
+        reconsume_times=delivered_times,
     )

@@ -11,7 +11,8 @@ Modules:
   * :mod:`~popbroker.services.errors` — service errors (``retriable`` flags).
   * :mod:`~popbroker.services.configcache` — topics/groups/members with a short TTL.
   * :mod:`~popbroker.services.messages` — message values and their store properties.
-  * :mod:`~popbroker.services.revivelog` — appending CK/ACK records to the revive log.
+  * :mod:`~popbroker.services.revivelog` — the store messages that append CK/ACK/delay
+    records to the revive log.
   * :mod:`~popbroker.services.popstate` — the popack role's in-memory state.
   * :mod:`~popbroker.services.popping` — one pop attempt over a request's queues;
     :mod:`~popbroker.services.popattempt` (its values and shared reads),

@@ -26,8 +26,10 @@ handle as superseded; the new handle's start offset is the message's own
 offset so acks with it match the new CK (upstream #9583). FIFO: move the
 message's next visible time in the order info.
 
-Forward to DLQ: read the message back, append a copy to ``%DLQ%<group>``, then
-ack the handle.
+Forward to DLQ: read the message back, append its dead-letter copy
+(:func:`popbroker.pop.retrytopics.dead_letter`: ``%DLQ%<group>``, the original
+topic kept in ``ORIGIN_TOPIC`` unless an earlier hop set it, the reconsume
+times = the client's delivery attempt), then ack the handle.
 
 Callers: the gRPC endpoint (AckMessage, ChangeInvisibleDuration,
 ForwardMessageToDeadLetterQueue).
@@ -48,7 +50,7 @@ from popbroker.services import errors, messages, revivelog
 from popbroker.services.configcache import ConfigCache
 from popbroker.services.popstate import PopState
 from popbroker.services.settings import PopackSettings
-from popbroker.store.api import MessageToAppend, StoreApi
+from popbroker.store.api import StoreApi, StoredMessage
 from popbroker.store.errors import StoreError, UnknownTopic
 
 log = logging.getLogger(__name__)
@@ -227,26 +229,36 @@ class Acker:
         if not found:
             raise pop_errors.InvalidReceiptHandle("the handle's message no longer exists")
         message = found[0]
-        properties = dict(message.properties)
-        properties.setdefault(messages.PROPERTY_ORIGIN_TOPIC, target.topic)
-        await self._store.append(
-            [
-                MessageToAppend(
-                    topic=retrytopics.dlq_topic(group),
-                    queue_id=0,
-                    body=message.body,
-                    properties=properties,
-                    born_timestamp_ms=message.born_timestamp_ms,
-                    born_host=message.born_host,
-                    reconsume_times=message.reconsume_times,
-                    flags=message.flags,
-                )
-            ]
+        letter = retrytopics.dead_letter(
+            group=group,
+            original_topic=target.topic,
+            properties=message.properties,
+            delivered_times=self._delivered_times(target, message),
         )
+        await self._store.append([messages.dead_letter_copy(message, letter)])
         if handle.is_fifo:
             await self._ack_fifo(target)
         else:
             await self._ack_concurrent(target)
+
+    def _delivered_times(self, target: _Target, message: StoredMessage) -> int:
+        """How often the handle's message was handed out, counting the handle's delivery.
+
+        As the client's delivery attempt: ``reconsume_times + 1``, plus for a FIFO
+        message the redeliveries its queue's order info counted (when it still has
+        handle's batch).
+        """
+        delivered = message.reconsume_times + 1
+        handle = target.handle
+        if handle.is_fifo:
+            info = self._state.order_infos.get(target.queue_key)
+            if (
+                info is not None
+                and info.pop_time_ms == handle.pop_time_ms
+                and handle.queue_offset in info.queue_offsets
+            ):
+                delivered += orderinfo.reconsume_times(info, handle.queue_offset)
+        return delivered
 
     # -- validation --------------------------------------------------------------------------
 

@@ -9,11 +9,13 @@ Rules (DESIGN §3.2, fact sheet §1.5, §6.6):
     the batch is recorded in the queue's order info.
   * A pop offset outside the queue (retention, re-created topic) resets the
     order info and commits the queue's next offset; a scan that matched nothing
-    commits past the filtered range.
+    commits past the filtered range (:func:`popbroker.pop.orderinfo.commit_after_read`).
   * Dead letters (4b): a message already delivered ``max_reconsume_times + 1``
-    times is copied to ``%DLQ%<group>`` and acked in the order info instead of
-    delivered; a batch made only of dead letters reads again (at most
-    ``FIFO_DEAD_LETTER_ROUNDS`` times) so the next message is not held back.
+    times (:func:`popbroker.pop.retrytopics.exhausted`) is appended as its
+    dead-letter copy (:func:`popbroker.pop.retrytopics.dead_letter`) and acked
+    in the order info instead of delivered; a batch made only of dead letters
+    reads again (at most ``FIFO_DEAD_LETTER_ROUNDS`` times) so the next
+    message is not held back.
 
 Callers: :class:`popbroker.services.popping.Popper`.
 """
@@ -21,11 +23,13 @@ Callers: :class:`popbroker.services.popping.Popper`.
 from __future__ import annotations
 
 from popbroker.pop import orderinfo, receipts, retrytopics
+from popbroker.pop import popping as planning
 from popbroker.pop.checkpoints import QueueKey
+from popbroker.pop.popping import VisitOutcome
 from popbroker.services import messages
 from popbroker.services.popattempt import Attempt, QueueReader
 from popbroker.services.popstate import PopState
-from popbroker.store.api import MessageToAppend, ReadStatus, StoreApi, StoredMessage
+from popbroker.store.api import ReadStatus, StoreApi, StoredMessage
 
 FIFO_DEAD_LETTER_ROUNDS = 4
 
@@ -58,8 +62,9 @@ class FifoVisitor:
                 attempt.retry_at_ms is None or unblock < attempt.retry_at_ms
             ):
                 attempt.retry_at_ms = unblock
+            attempt.rest_num += planning.rest_contribution(VisitOutcome.FIFO_BLOCKED)
             return False
-        start = await self._reader.committed_or_init(key)
+        start = await self._reader.pop_start(key, pop_cursor=None)  # FIFO: no buffer cursor
         if start is None:
             return False
         result = await self._reader.read(attempt, key, start)
@@ -70,12 +75,22 @@ class FifoVisitor:
             )
             start = result.next_queue_offset
             result = await self._reader.read(attempt, key, start)
-        attempt.rest_num += max(0, result.max_queue_offset - result.next_queue_offset)
+        attempt.rest_num += planning.rest_contribution(
+            VisitOutcome.READ,
+            max_queue_offset=result.max_queue_offset,
+            pop_queue_offset=start,
+            next_begin_queue_offset=result.next_queue_offset,
+        )
+        # The committed offset is ``start`` (the rewind point); a scan that matched
+        # nothing moves it past the filtered range for good.
+        committed = orderinfo.commit_after_read(
+            start_queue_offset=start,
+            next_begin_queue_offset=result.next_queue_offset,
+            found=bool(result.messages),
+        )
+        if committed != start:
+            await self._store.commit_offset(key.group, key.topic, key.queue_id, committed)
         if not result.messages:
-            if result.next_queue_offset > start:  # filtered range: skip it for good
-                await self._store.commit_offset(
-                    key.group, key.topic, key.queue_id, result.next_queue_offset
-                )
             return False
         info = orderinfo.on_pop(
             info,
@@ -117,28 +132,23 @@ class FifoVisitor:
         ``%DLQ%<group>`` and acked in the order info, which moves the queue on.
         """
         limit = attempt.request.max_reconsume_times
-        dead = [
-            m
-            for m in read
-            if orderinfo.reconsume_times(info, m.queue_offset) + m.reconsume_times > limit
-        ]
+
+        def delivered_times(message: StoredMessage) -> int:  # deliveries before this one
+            return orderinfo.reconsume_times(info, message.queue_offset) + message.reconsume_times
+
+        dead = [m for m in read if retrytopics.exhausted(delivered_times(m), limit)]
         if not dead:
             return list(read)
         await self._store.append(
             [
-                MessageToAppend(
-                    topic=retrytopics.dlq_topic(key.group),
-                    queue_id=0,
-                    body=m.body,
-                    properties={
-                        **m.properties,
-                        messages.PROPERTY_ORIGIN_TOPIC: key.topic,
-                    },
-                    born_timestamp_ms=m.born_timestamp_ms,
-                    born_host=m.born_host,
-                    reconsume_times=orderinfo.reconsume_times(info, m.queue_offset)
-                    + m.reconsume_times,
-                    flags=m.flags,
+                messages.dead_letter_copy(
+                    m,
+                    retrytopics.dead_letter(
+                        group=key.group,
+                        original_topic=key.topic,
+                        properties=m.properties,
+                        delivered_times=delivered_times(m),
+                    ),
                 )
                 for m in dead
             ]

@@ -11,6 +11,7 @@ dump looks familiar:
   ``__SHARDINGKEY``   the FIFO message group
   ``TIMER_DELIVER_MS``  a DELAY message's delivery time (ms)
   ``ORIGIN_TOPIC``    on retry/DLQ copies: the topic the message was sent to
+                      (set by the first hop only, :mod:`popbroker.pop.retrytopics`)
   ``1ST_POP_TIME``    on retry copies: when the message was first popped
   ==================  ===========================================================
 
@@ -18,8 +19,13 @@ User properties may not use these names (nor RocketMQ's other reserved ones we
 list); :func:`to_store_properties` refuses them, so reading back never confuses
 a user property with a system one.
 
+Copies: :func:`copy_of` is a stored message appended again elsewhere (retry
+and dead-letter copies keep body, born time/host and flags);
+:func:`dead_letter_copy` appends the copy :func:`popbroker.pop.retrytopics.dead_letter`
+describes.
+
 Callers: sending (encode), popping/receiving and the gRPC edge (decode),
-reviving (copies).
+reviving, FIFO popping and forwarding to the DLQ (copies).
 """
 
 from __future__ import annotations
@@ -28,11 +34,18 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from popbroker.store.api import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQUE_ID, StoredMessage
+from popbroker.pop import retrytopics
+from popbroker.store.api import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQUE_ID,
+    MessageToAppend,
+    StoredMessage,
+)
 
 PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
 PROPERTY_DELIVER_MS = "TIMER_DELIVER_MS"
-PROPERTY_ORIGIN_TOPIC = "ORIGIN_TOPIC"
+PROPERTY_ORIGIN_TOPIC = retrytopics.PROPERTY_ORIGIN_TOPIC
 PROPERTY_FIRST_POP_TIME = "1ST_POP_TIME"
 KEY_SEPARATOR = " "
 
@@ -180,3 +193,35 @@ def kind_of(properties: Mapping[str, str]) -> MessageKind:
     if delivery_timestamp_ms(properties) is not None:
         return MessageKind.DELAY
     return MessageKind.NORMAL
+
+
+def copy_of(
+    stored: StoredMessage,
+    *,
+    topic: str,
+    queue_id: int,
+    properties: Mapping[str, str],
+    reconsume_times: int,
+) -> MessageToAppend:
+    """``stored`` appended again to ``topic``/``queue_id`` with new properties and count."""
+    return MessageToAppend(
+        topic=topic,
+        queue_id=queue_id,
+        body=stored.body,
+        properties=properties,
+        born_timestamp_ms=stored.born_timestamp_ms,
+        born_host=stored.born_host,
+        reconsume_times=reconsume_times,
+        flags=stored.flags,
+    )
+
+
+def dead_letter_copy(stored: StoredMessage, letter: retrytopics.DeadLetter) -> MessageToAppend:
+    """The append of ``stored`` as the dead letter ``letter`` describes."""
+    return copy_of(
+        stored,
+        topic=letter.topic,
+        queue_id=letter.queue_id,
+        properties=letter.properties,
+        reconsume_times=letter.reconsume_times,
+    )

@@ -5,9 +5,10 @@
   * :class:`PopOutcome` — what one attempt handed out, the backlog it saw and,
     for FIFO, when the earliest blocked queue unblocks.
   * :class:`Attempt` — the mutable record of one attempt while it visits queues.
-  * :class:`QueueReader` — the store reads of a visit: the pop offset when the
-    buffer has none (committed, else the initial offset, committed at once so a
-    restart does not move it), a read of at most the rest of the batch with the
+  * :class:`QueueReader` — the store reads of a visit: the pop offset
+    (:func:`popbroker.pop.popping.pop_offset`: the buffer's cursor, else the
+    committed offset, else the initial offset, committed at once so a restart
+    does not move it), a read of at most the rest of the batch with the
     request's tag filter, and the delivered message with its receipt handle.
 
 Callers: :mod:`popbroker.services.popping` (concurrent queues) and
@@ -74,24 +75,34 @@ class QueueReader:
         self._store = store
         self._settings = settings
 
-    async def committed_or_init(self, key: QueueKey) -> int | None:
-        """The committed offset, else the initial one (committed); None: no such topic."""
+    async def pop_start(self, key: QueueKey, *, pop_cursor: int | None) -> int | None:
+        """Where the pop of ``key`` starts (:func:`popbroker.pop.popping.pop_offset`).
+
+        Reads only what the rule needs: nothing with a cursor, else the committed
+        offset, else the queue's bounds for the initial offset, which it commits.
+        None: the (retry) topic does not exist yet.
+        """
         store = self._store
-        committed = await store.committed_offset(key.group, key.topic, key.queue_id)
-        if committed is not None:
-            return committed
-        try:
-            bounds = await store.bounds(key.topic, key.queue_id)
-        except UnknownTopic:
-            return None
-        start = planning.init_queue_offset(
-            topic=key.topic,
-            init_mode=planning.InitMode.MAX,
-            min_queue_offset=bounds.min_queue_offset,
-            max_queue_offset=bounds.max_queue_offset,
+        committed = init = None
+        if pop_cursor is None:
+            committed = await store.committed_offset(key.group, key.topic, key.queue_id)
+            if committed is None:
+                try:
+                    bounds = await store.bounds(key.topic, key.queue_id)
+                except UnknownTopic:
+                    return None
+                init = planning.init_queue_offset(
+                    topic=key.topic,
+                    init_mode=planning.InitMode.MAX,
+                    min_queue_offset=bounds.min_queue_offset,
+                    max_queue_offset=bounds.max_queue_offset,
+                )
+        start = planning.pop_offset(
+            pop_cursor=pop_cursor, committed_queue_offset=committed, init_queue_offset=init
         )
-        await store.commit_offset(key.group, key.topic, key.queue_id, start)
-        return start
+        if start.initialized:
+            await store.commit_offset(key.group, key.topic, key.queue_id, start.queue_offset)
+        return start.queue_offset
 
     async def read(
         self, attempt: Attempt, key: QueueKey, start: int, *, limit: int | None = None

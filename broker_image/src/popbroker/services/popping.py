@@ -8,12 +8,13 @@ One attempt, as numbered steps (DESIGN §3.2, fact sheet §1.3-§1.5):
   1. Pick ``pop_time = now``, the revive queue (round-robin; 999 for FIFO) and
      ``random_percent``; plan the visits (retry topic first in 1 of 5
      requests, else as filler; FIFO never reads the retry topic).
-  2. Per queue: try its lock without waiting (contended → skipped, counted in
-     ``rest_num``). Under the lock compute the pop offset — the buffer's pop
-     cursor when there is one (it is never behind the committed offset while
-     this process runs), else the committed offset, else the initial offset,
-     which is then committed so a restart does not move it — and read at most
-     the rest of the batch with the request's tag filter.
+  2. Per queue: try its lock without waiting (contended → skipped). Under the
+     lock compute the pop offset (:func:`~popbroker.pop.popping.pop_offset`:
+     the buffer's pop cursor when there is one, else the committed offset,
+     else the initial offset, which is then committed so a restart does not
+     move it) and read at most the rest of the batch with the request's tag
+     filter. Every visit adds its
+     :func:`~popbroker.pop.popping.rest_contribution` to ``rest_num``.
   3. Non-FIFO: register one checkpoint for the messages read
      (:class:`~popbroker.pop.checkpointbuffer.CheckpointBuffer.add`). A scan
      that matched nothing registers a "just offset" entry so the committed
@@ -52,6 +53,7 @@ from popbroker.pop import checkpoints, receipts
 from popbroker.pop import popping as planning
 from popbroker.pop.checkpointbuffer import Admission
 from popbroker.pop.checkpoints import Checkpoint, QueueKey
+from popbroker.pop.popping import VisitOutcome
 from popbroker.services import revivelog
 from popbroker.services.fifopopping import FifoVisitor
 from popbroker.services.popattempt import Attempt, PopOutcome, PopRequest, QueueReader
@@ -103,12 +105,12 @@ class Popper:
         try:
             for visit in visits:
                 if planning.remaining_batch(request.max_messages, len(attempt.delivered)) == 0:
-                    attempt.rest_num += 1  # unknown backlog; enough to wake another poller
+                    attempt.rest_num += planning.rest_contribution(VisitOutcome.BATCH_FULL)
                     break
                 key = QueueKey(visit.topic, request.group, visit.queue_id)
                 token = state.locks.try_lock(key)
                 if token is None:
-                    attempt.rest_num += 1
+                    attempt.rest_num += planning.rest_contribution(VisitOutcome.LOCKED)
                     continue
                 try:
                     if request.fifo:
@@ -135,17 +137,19 @@ class Popper:
 
     async def _visit(self, attempt: Attempt, key: QueueKey, *, is_retry: bool) -> None:
         buffer = self._state.buffer
-        start = buffer.latest_begin_offset(key)
+        start = await self._reader.pop_start(key, pop_cursor=buffer.latest_begin_offset(key))
         if start is None:
-            start = await self._reader.committed_or_init(key)
-            if start is None:
-                return  # the (retry) topic does not exist yet
+            return  # the (retry) topic does not exist yet
         inflight = self._state.inflight
         room = inflight.room(key, self._settings.pop_inflight_threshold, self._state.clock())
         if room == 0:  # the in-flight guard: skip the queue, count its backlog
             attempt.throttled += 1
             bounds = await self._store.bounds(key.topic, key.queue_id)
-            attempt.rest_num += max(0, bounds.max_queue_offset - start)
+            attempt.rest_num += planning.rest_contribution(
+                VisitOutcome.OVER_THRESHOLD,
+                max_queue_offset=bounds.max_queue_offset,
+                pop_queue_offset=start,
+            )
             return
         result = await self._reader.read(attempt, key, start, limit=room)
         if result.status is ReadStatus.OFFSET_TOO_SMALL:
@@ -162,8 +166,14 @@ class Popper:
                 key.group, key.topic, key.queue_id, result.next_queue_offset
             )
             return
-        attempt.rest_num += max(0, result.max_queue_offset - result.next_queue_offset)
+        read_rest = planning.rest_contribution(
+            VisitOutcome.READ,
+            max_queue_offset=result.max_queue_offset,
+            pop_queue_offset=start,
+            next_begin_queue_offset=result.next_queue_offset,
+        )
         if not result.messages:
+            attempt.rest_num += read_rest
             if result.next_queue_offset > start:
                 buffer.add_just_offset(
                     key, queue_offset=start, next_begin_queue_offset=result.next_queue_offset
@@ -184,9 +194,14 @@ class Popper:
         admission = buffer.add(
             ck, next_begin_queue_offset=result.next_queue_offset, now_ms=self._state.clock()
         )
-        if admission is Admission.REJECTED:
-            attempt.rest_num += len(result.messages)
+        if admission is Admission.REJECTED:  # nothing returned: the read counts as backlog
+            attempt.rest_num += planning.rest_contribution(
+                VisitOutcome.REJECTED,
+                max_queue_offset=result.max_queue_offset,
+                pop_queue_offset=start,
+            )
             return
+        attempt.rest_num += read_rest
         if admission is Admission.WRITE_NOW:
             attempt.write_now.append(ck)
         inflight.on_pop(

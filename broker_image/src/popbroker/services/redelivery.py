@@ -9,7 +9,8 @@ For one due :class:`~popbroker.pop.reviving.ReviveTask` of a revive queue:
     skipped, never retried forever;
   * append the copies — to ``%RETRY%<group>+<topic>`` with ``reconsume_times +
     1``, or to ``%DLQ%<group>`` past the group's ``max_reconsume_times``
-    (:func:`~popbroker.pop.retrytopics.retry_or_dlq`) — in one store call, then
+    (:func:`~popbroker.pop.retrytopics.retry_or_dlq`; the dead-letter copy is
+    :func:`~popbroker.pop.retrytopics.dead_letter`'s) — in one store call, then
     ``complete`` the task; on failure ``fail`` it (back-off; only the offsets not
     yet copied are retried).
 
@@ -92,7 +93,13 @@ class Redeliverer:
             )
             dead += target.dead_letter
             copies.append(
-                _copy(message, target, original_topic=original, pop_time_ms=ck.pop_time_ms)
+                _copy(
+                    message,
+                    target,
+                    group=ck.group,
+                    original_topic=original,
+                    pop_time_ms=ck.pop_time_ms,
+                )
             )
             done.append(queue_offset)
         try:
@@ -158,19 +165,26 @@ def _copy(
     message: StoredMessage,
     target: retrytopics.RetryTarget,
     *,
+    group: str,
     original_topic: str,
     pop_time_ms: int,
 ) -> MessageToAppend:
-    properties = dict(message.properties)
-    properties.setdefault(messages.PROPERTY_ORIGIN_TOPIC, original_topic)
+    if target.dead_letter:
+        letter = retrytopics.dead_letter(
+            group=group,
+            original_topic=original_topic,
+            properties=message.properties,
+            delivered_times=target.reconsume_times,
+        )
+        topic, properties, reconsume_times = letter.topic, letter.properties, letter.reconsume_times
+    else:
+        topic, reconsume_times = target.topic, target.reconsume_times
+        properties = retrytopics.with_origin(message.properties, original_topic=original_topic)
     properties.setdefault(messages.PROPERTY_FIRST_POP_TIME, str(pop_time_ms))
-    return MessageToAppend(
-        topic=target.topic,
+    return messages.copy_of(
+        message,
+        topic=topic,
         queue_id=target.queue_id,
-        body=message.body,
         properties=properties,
-        born_timestamp_ms=message.born_timestamp_ms,
-        born_host=message.born_host,
-        reconsume_times=target.reconsume_times,
-        flags=message.flags,
+        reconsume_times=reconsume_times,
     )

@@ -2,34 +2,30 @@
 
 The revive log is the system topic ``rmq_sys_REVIVE_LOG_<cluster>`` with one
 queue per revive queue id (DESIGN §3.1). A record is a store message whose
-``TAGS`` property is the record tag and whose body is the record body:
+``TAGS`` property is the record tag; the envelope (tags, bodies, delay
+properties) and its one decoder are owned by :mod:`popbroker.pop.revivelog`.
+This module only builds the :class:`MessageToAppend` of each record:
 
   * ``ck`` / ``ack`` / ``bAck`` — bodies from :mod:`popbroker.pop.records`;
   * ``delay`` — a DELAY message held until its delivery time
     (:mod:`popbroker.services.delaying`): the body is the message body, the
-    properties say where and when to deliver it and carry the original
-    properties as one JSON value.
+    properties are :func:`popbroker.pop.revivelog.delay_properties`.
 
 Callers: popping and flushing (CKs), acking (ACKs and change-invisible CKs),
-sending (delay records); reviving reads them back.
+sending (delay records). The revive role reads them back through
+:func:`popbroker.pop.revivelog.decode`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from popbroker.pop import records
+from popbroker.pop import revivelog as envelope
 from popbroker.pop.checkpoints import Checkpoint
 from popbroker.store import names
-from popbroker.store.api import PROPERTY_TAGS, MessageToAppend, StoredMessage
-
-DELAY_TAG = "delay"
-PROPERTY_DELAY_TOPIC = "DELAY_TARGET_TOPIC"
-PROPERTY_DELAY_QUEUE = "DELAY_TARGET_QUEUE"
-PROPERTY_DELAY_DELIVER_MS = "DELAY_DELIVER_MS"
-PROPERTY_DELAY_ORIGINAL = "DELAY_ORIGINAL_PROPERTIES"
+from popbroker.store.api import PROPERTY_TAGS, MessageToAppend
 
 
 def record_message(
@@ -65,44 +61,17 @@ class DelayRecord:
 
 def delay_message(cluster: str, record: DelayRecord, *, revive_queue_id: int) -> MessageToAppend:
     """The store message that holds ``record`` in revive queue ``revive_queue_id``."""
+    delay = envelope.Delay(
+        topic=record.topic,
+        queue_id=record.queue_id,
+        deliver_ms=record.deliver_ms,
+        original_properties=record.properties,
+    )
     return MessageToAppend(
         topic=names.revive_topic(cluster),
         queue_id=revive_queue_id,
         body=record.body,
-        properties={
-            PROPERTY_TAGS: DELAY_TAG,
-            PROPERTY_DELAY_TOPIC: record.topic,
-            PROPERTY_DELAY_QUEUE: str(record.queue_id),
-            PROPERTY_DELAY_DELIVER_MS: str(record.deliver_ms),
-            PROPERTY_DELAY_ORIGINAL: json.dumps(dict(record.properties), separators=(",", ":")),
-        },
+        properties={PROPERTY_TAGS: envelope.DELAY_TAG, **envelope.delay_properties(delay)},
         born_timestamp_ms=record.born_timestamp_ms,
         born_host=record.born_host,
-    )
-
-
-def parse_delay(stored: StoredMessage) -> DelayRecord | None:
-    """The delay record in ``stored``, or None when it is malformed."""
-    props = stored.properties
-    topic = props.get(PROPERTY_DELAY_TOPIC, "")
-    queue_raw = props.get(PROPERTY_DELAY_QUEUE, "")
-    deliver_raw = props.get(PROPERTY_DELAY_DELIVER_MS, "")
-    if not topic or not queue_raw.isdigit() or not deliver_raw.isdigit():
-        return None
-    try:
-        original = json.loads(props.get(PROPERTY_DELAY_ORIGINAL, "{}"))
-    except ValueError:
-        return None
-    if not isinstance(original, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in original.items()
-    ):
-        return None
-    return DelayRecord(
-        topic=topic,
-        queue_id=int(queue_raw),
-        deliver_ms=int(deliver_raw),
-        body=stored.body,
-        properties=original,
-        born_timestamp_ms=stored.born_timestamp_ms,
-        born_host=stored.born_host,
     )

@@ -17,14 +17,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from popbroker.pop import errors as pop_errors
-from popbroker.pop import records
+from popbroker.pop import records, revivelog
+from popbroker.pop.checkpoints import Checkpoint
 from popbroker.pop.reviving import ReviveLedger
-from popbroker.services import revivelog
 from popbroker.services.configcache import ConfigCache
 from popbroker.services.delaying import DelayLedger
 from popbroker.services.redelivery import Redeliverer
-from popbroker.services.settings import REVIVE_GROUP, Clock, ReviveRoleSettings
+from popbroker.services.settings import Clock, ReviveRoleSettings
 from popbroker.store import names
 from popbroker.store.api import MessageToAppend, ReadStatus, StoreApi, StoredMessage
 from popbroker.store.errors import StoreError
@@ -87,7 +86,7 @@ class ReviveQueueWorker:
     ) -> ReviveQueueWorker:
         """A worker starting at the persisted progress (or the queue's minimum)."""
         topic = names.revive_topic(settings.cluster)
-        start = await store.committed_offset(REVIVE_GROUP, topic, revive_queue_id)
+        start = await store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
         if start is None:
             start = (await store.bounds(topic, revive_queue_id)).min_queue_offset
         return cls(
@@ -99,11 +98,6 @@ class ReviveQueueWorker:
             clock=clock,
         )
 
-    @property
-    def persisted_offset(self) -> int:
-        """The progress last written to the store."""
-        return self._persisted
-
     async def step(self) -> StepReport:
         """Steps 1-5 once."""
         t0, scanned, reached_end = await self._scan()
@@ -113,10 +107,6 @@ class ReviveQueueWorker:
             delivered = await self._deliver_delays(t0)
         await self._persist()
         return StepReport(reached_end, scanned, revived, dead, delivered, failed)
-
-    def next_deadline_ms(self) -> int | None:
-        """When a pending DELAY record is due (CK deadlines are polled every idle tick)."""
-        return self.delays.next_due_ms()
 
     # -- step 1: scan ------------------------------------------------------------------------
 
@@ -155,27 +145,27 @@ class ReviveQueueWorker:
         position = message.queue_offset
         if position < self.ledger.scanned_end:
             return  # already seen (a read that overlapped the previous one)
-        tag = message.tag
-        if tag == revivelog.DELAY_TAG:
-            delay = revivelog.parse_delay(message)
-            if delay is None:
-                self.ledger.observe_other(position)
-            else:
-                self.ledger.observe_other(position)
-                self.delays.observe(position, delay.deliver_ms)
-            return
-        try:
-            record = records.decode(tag, message.body, revive_queue_id=self.revive_queue_id)
-        except pop_errors.MalformedRecord as exc:
-            log.warning(
-                "revive queue %d: skipping record %d: %s", self.revive_queue_id, position, exc
-            )
-            self.ledger.observe_other(position)
-            return
-        if isinstance(record, records.AckRecord):
-            self.ledger.observe_ack(record, position)
+        decoded = self._decode(message)
+        if isinstance(decoded, records.AckRecord):
+            self.ledger.observe_ack(decoded, position)
+        elif isinstance(decoded, Checkpoint):
+            self.ledger.observe_ck(decoded, position)
         else:
-            self.ledger.observe_ck(record, position)
+            self.ledger.observe_other(position)
+            if isinstance(decoded, revivelog.Delay):
+                self.delays.observe(position, decoded.deliver_ms)
+            elif message.tag != revivelog.DELAY_TAG:  # a bad delay record is skipped quietly
+                log.warning(
+                    "revive queue %d: skipping record %d: %s",
+                    self.revive_queue_id,
+                    position,
+                    decoded.reason,
+                )
+
+    def _decode(self, message: StoredMessage) -> revivelog.Decoded:
+        return revivelog.decode(
+            message.tag, message.properties, message.body, revive_queue_id=self.revive_queue_id
+        )
 
     # -- step 4: delays ----------------------------------------------------------------------
 
@@ -186,8 +176,8 @@ class ReviveQueueWorker:
                 self._topic, self.revive_queue_id, position, max_count=1, max_scan=1
             )
             found = [m for m in result.messages if m.queue_offset == position]
-            delay = revivelog.parse_delay(found[0]) if found else None
-            if delay is None:
+            delay = self._decode(found[0]) if found else None
+            if not isinstance(delay, revivelog.Delay):
                 log.warning(
                     "revive queue %d: delay record %d is gone", self.revive_queue_id, position
                 )
@@ -199,10 +189,10 @@ class ReviveQueueWorker:
                         MessageToAppend(
                             topic=delay.topic,
                             queue_id=delay.queue_id,
-                            body=delay.body,
-                            properties=delay.properties,
-                            born_timestamp_ms=delay.born_timestamp_ms,
-                            born_host=delay.born_host,
+                            body=found[0].body,
+                            properties=delay.original_properties,
+                            born_timestamp_ms=found[0].born_timestamp_ms,
+                            born_host=found[0].born_host,
                         )
                     ]
                 )
@@ -225,7 +215,9 @@ class ReviveQueueWorker:
         if safe == self._persisted:
             return
         try:
-            await self._store.commit_offset(REVIVE_GROUP, self._topic, self.revive_queue_id, safe)
+            await self._store.commit_offset(
+                names.REVIVE_GROUP, self._topic, self.revive_queue_id, safe
+            )
         except StoreError as exc:
             log.warning(
                 "revive queue %d: persisting progress failed: %s", self.revive_queue_id, exc

@@ -90,10 +90,6 @@ class ReviveService:
         ]
         self._wakeups = {w.revive_queue_id: asyncio.Event() for w in self.workers}
 
-    async def step_all(self) -> list[StepReport]:
-        """One step of every worker (tests drive the role with this)."""
-        return [await worker.step() for worker in self.workers]
-
     async def run(self, stop: asyncio.Event) -> None:
         """Run every worker and the arrival pump until ``stop`` is set."""
         if not self.workers:

@@ -20,8 +20,6 @@ Clock = Callable[[], int]
 
 MIB = 1024 * 1024
 
-REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
-
 
 def wall_clock_ms() -> int:
     """Milliseconds since the epoch, from the system clock."""

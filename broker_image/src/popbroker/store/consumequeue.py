@@ -106,9 +106,6 @@ class ConsumeQueue:
         self.file.delete_before(self.min_queue_offset * fmt.CQ_ENTRY_SIZE)
         return self.min_queue_offset
 
-    def delete_files_below_min(self) -> None:
-        self.file.delete_before(self.min_queue_offset * fmt.CQ_ENTRY_SIZE)
-
     def flush(self) -> None:
         self.file.flush()
 

@@ -71,6 +71,7 @@ from popbroker.store.errors import (
     StoreClosed,
     StoreError,
     StoreFull,
+    UnknownGroup,
     UnknownTopic,
 )
 from popbroker.store.flushing import Flusher
@@ -803,7 +804,7 @@ class LocalStore:
     async def delete_group(self, name: str) -> None:
         with self._lock:
             if not self.metadata.delete_group(name):
-                raise InvalidArgument(f"group {name!r} does not exist")
+                raise UnknownGroup(f"group {name!r} does not exist")
             self.offsets.delete(name)
             self._persist_metadata_locked()
 
@@ -835,13 +836,6 @@ class LocalStore:
     def run_retention(self) -> list[int]:
         """Delete expired segments now; returns the deleted bases (see ``retention``)."""
         return self.flusher.run_retention()
-
-    def queue_keys(self) -> list[QueueKey]:
-        with self._lock:
-            return sorted(self._cqs)
-
-    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        return self._cqs.get((topic, queue_id))
 
 
 def _entry_of(record: fmt.Record) -> Entry:

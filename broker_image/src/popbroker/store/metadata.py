@@ -116,9 +116,6 @@ class Metadata:
         self.modes[(mode.group, mode.topic)] = mode
         return mode
 
-    def mode_of(self, group: str, topic: str) -> ConsumeModeConfig:
-        return self.modes.get((group, topic), ConsumeModeConfig(group=group, topic=topic))
-
     # -- members ---------------------------------------------------------------
 
     def set_members(self, members: Iterable[ClusterMember]) -> None:

@@ -20,6 +20,8 @@ RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
 REVIVE_LOG_PREFIX = "rmq_sys_REVIVE_LOG_"
 SYSTEM_PREFIX = "rmq_sys_"
+# The revive role's progress is the committed offset of this group on each revive queue.
+REVIVE_GROUP = "CID_RMQ_SYS_REVIVE_GROUP"
 
 
 def validate_name(name: str, *, kind: str) -> str:

@@ -95,11 +95,6 @@ class SegmentedFile:
     def bases(self) -> tuple[int, ...]:
         return tuple(self._bases)
 
-    def remaining_in_segment(self) -> int:
-        """Bytes left in the segment the next write lands in."""
-        used = self._write_position % self.segment_bytes
-        return self.segment_bytes - used
-
     def file_end(self, base: int) -> int:
         """Stream position of the end of the file starting at ``base``."""
         if base == self._bases[-1]:
