@@ -28,11 +28,12 @@ from popfleet_operator import builders, errors
 from popfleet_operator.clients import fanout
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime
-from popfleet_operator.model import names, specs
+from popfleet_operator.model import names, observations, specs, switches
 from popfleet_operator.model.observations import BrokerInfo, BrokerPod
 from popfleet_operator.planning import membership, rollout, scaling
 from popfleet_operator.status import clusters as cluster_status
 from popfleet_operator.status import conditions as c
+from popfleet_operator.status import epochs
 
 KIND = "BrokerCluster"
 
@@ -63,7 +64,7 @@ def plan_rollout(
     health: Mapping[str, str],
 ) -> rollout.RolloutPlan:
     """The partition to apply: is the template changing, and where is the rollout?"""
-    state = runtime.statefulset_state(sts)
+    state = observations.statefulset_state(sts)
     changed = state is not None and state.template_hash != builders.pod_template_hash(ref, spec)
     return rollout.plan(
         cluster=ref.name,
@@ -192,7 +193,7 @@ def report(
             rolling, replicas=plan.replicas, previous=previous_rollout
         )
     previous = (body.get("status") or {}).get("brokers") or []
-    for broker, old, new in runtime.epoch_changes(
+    for broker, old, new in epochs.epoch_changes(
         previous, {i.pod.name: i.config_epoch for i in with_errors}
     ):
         kopf.event(
@@ -247,13 +248,13 @@ async def poke_dependents(rt: runtime.Runtime, body: kopf.Body, entries: list[An
 async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Condition]:
     rt = runtime.get(memo)
     ref = specs.ObjectRef.from_body(KIND, body)
-    if runtime.paused(body):
+    if switches.paused(body):
         update = c.Condition(c.RECONCILING, False, c.PAUSED, f"annotation {names.PAUSED}=true")
         runtime.write_status(patch, body, [update])
         return [update]
     try:
         spec = specs.parse_cluster(body["spec"])
-        token = await runtime.admin_token(rt.kube, ref.namespace, spec)
+        token = await kube_client.admin_token(rt.kube, ref.namespace, spec)
     except errors.InvalidSpec as exc:
         updates = [
             c.Condition(c.READY, False, c.INVALID_SPEC, exc.message),
@@ -272,7 +273,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         kube_client.path("apps/v1", "StatefulSet", ref.namespace, names.statefulset(ref.name))
     )
     current = int(sts["spec"]["replicas"]) if sts else None
-    pods = await runtime.broker_pods(rt.kube, ref.namespace, ref.name)
+    pods = await kube_client.broker_pods(rt.kube, ref.namespace, ref.name)
     plan = await plan_replicas(rt, current=current, desired=spec.brokers, pods=pods, token=token)
     members_pods = [p for p in pods if p.ordinal < plan.replicas]
     admins = rt.pool.for_pods(members_pods, token)
@@ -325,7 +326,7 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     body = await rt.kube.get_or_none(url)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
-    value = cluster_status.pods_fingerprint(await runtime.broker_pods(rt.kube, ns, cluster))
+    value = cluster_status.pods_fingerprint(await kube_client.broker_pods(rt.kube, ns, cluster))
     if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
         await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
 
