@@ -21,7 +21,7 @@ import kopf
 
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.clients.brokers import BrokerPool
-from popfleet_operator.errors import KubeError
+from popfleet_operator.errors import OperatorError
 from popfleet_operator.handlers import metrics
 from popfleet_operator.planning import backoff
 from popfleet_operator.status import conditions as c
@@ -55,6 +55,18 @@ def lock(memo: Any) -> asyncio.Lock:
     return found
 
 
+async def close_idle(memo: Any) -> None:
+    """Close the broker channels no round has used for the pool's ``idle_s``.
+
+    Pods that were replaced or scaled away leave a channel to an IP nobody dials again;
+    without this the operator would keep one per pod IP it ever saw. Runs at the start of
+    every reconcile round (a channel a round is about to use was just marked used by it).
+    """
+    found = memo.get("runtime")
+    if isinstance(found, Runtime):
+        await found.pool.close_idle()
+
+
 async def reconcile_round(
     kind: str,
     *,
@@ -66,9 +78,14 @@ async def reconcile_round(
     """One reconcile round of any kind: under the object's lock, timed and counted.
 
     ``retry`` is None for timer ticks, which never raise (the conditions already say what is
-    wrong; the next tick tries again). Change handlers re-raise ``PermanentError`` and turn an
-    apiserver failure or a ``Degraded`` outcome into ``TemporaryError`` with back-off.
+    wrong; the next tick tries again). Change handlers re-raise ``PermanentError``, turn a
+    retriable ``OperatorError`` (an apiserver failure that may pass: 5xx, 409, 429, no
+    answer; a Secret that may appear) or a ``Degraded`` outcome into ``TemporaryError`` with
+    back-off, and any other ``OperatorError`` (the API refused for good: 403, 404, 422 ...)
+    into ``PermanentError`` naming its reason: retrying at once would only repeat it, and
+    the resync timer re-checks anyway.
     """
+    await close_idle(memo)
     with metrics.timed(kind):
         async with lock(memo):
             try:
@@ -78,11 +95,13 @@ async def reconcile_round(
                 if retry is None:
                     return
                 raise
-            except KubeError as exc:
-                metrics.RECONCILES.labels(kind, "retry").inc()
+            except OperatorError as exc:
+                metrics.RECONCILES.labels(kind, "retry" if exc.retriable else "failed").inc()
                 if retry is None:
                     logger.warning("resync: %s", exc.message)
                     return
+                if not exc.retriable:
+                    raise kopf.PermanentError(f"{exc.reason}: {exc.message}") from exc
                 raise kopf.TemporaryError(exc.message, delay=backoff.delay_s(retry)) from exc
     degraded = next((x for x in conditions if x.type == c.DEGRADED and x.status), None)
     metrics.RECONCILES.labels(kind, "degraded" if degraded else "ok").inc()
