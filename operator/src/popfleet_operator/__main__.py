@@ -48,6 +48,7 @@ def main() -> int:
         groups,
         settings,
         topics,
+        wakeups,
     )
 
     namespaces = [n for n in os.environ.get("POPFLEET_NAMESPACES", "").split(",") if n]

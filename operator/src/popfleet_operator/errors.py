@@ -1,9 +1,13 @@
 """The operator's one error hierarchy (STYLE §8).
 
-``retriable`` errors become ``kopf.TemporaryError`` (retry with back-off, a ``Degraded`` or
-``Reconciling`` condition saying why); the others become ``kopf.PermanentError`` with a
-condition. ``reason`` is the stable condition reason. Handlers translate; nothing below
-them imports kopf.
+``retriable`` errors become ``kopf.TemporaryError`` (retry with back-off); the others become
+``kopf.PermanentError`` naming their ``reason`` (``handlers.runtime.reconcile_round``; the
+resync timer still re-checks every object). ``reason`` is the stable condition reason.
+Handlers translate, most of them into a condition before anything reaches
+``reconcile_round`` (``InvalidSpec``, ``ClusterNotFound``, ``SecretNotFound``); nothing below
+the handlers imports kopf. Backlog that blocks a deletion or a scale-down and unreachable
+brokers are outcomes, not errors: conditions ``DeletionBlocked``, ``ScaleDownBlocked`` and
+``BrokerUnreachable`` say so.
 """
 
 from __future__ import annotations
@@ -38,18 +42,6 @@ class SecretNotFound(OperatorError):
 
     retriable = True
     reason = "SecretNotFound"
-
-
-class BrokersUnreachable(OperatorError):
-    retriable = True
-    reason = "BrokerUnreachable"
-
-
-class BacklogRemains(OperatorError):
-    """Deletion or scale-down refused: messages are still waiting to be consumed."""
-
-    retriable = True
-    reason = "BacklogRemains"
 
 
 class KubeError(OperatorError):

@@ -53,7 +53,7 @@ def write(kube: RecordingKube, audit: dict[str, Any]) -> None:
     def compute(old: Mapping[str, Any]) -> tuple[dict[str, Any], c.Condition]:
         return audit, HEALTHY
 
-    asyncio.run(audits.write_status(kube, owner, compute))
+    asyncio.run(audits.patch_audit_status(kube, owner, compute))
 
 
 def test_patch_carries_the_read_version_and_removes_dropped_keys() -> None:

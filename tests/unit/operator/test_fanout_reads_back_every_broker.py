@@ -5,10 +5,10 @@ from __future__ import annotations
 from popfleet_api import models
 from popfleet_api.testing import InMemoryBrokerAdmin
 from popfleet_operator.clients import fanout
-from popfleet_operator.handlers import runtime
 from popfleet_operator.model import specs
 from popfleet_operator.model.observations import BrokerOutcome, BrokerPod
 from popfleet_operator.status import conditions as c
+from popfleet_operator.status import epochs
 from popfleet_operator.status import fanout as fanout_status
 
 EXPECTED = ("demo-0", "demo-1", "demo-2")
@@ -100,7 +100,7 @@ async def test_mode_switch_pull_to_pop_everywhere(brokers: dict[str, InMemoryBro
     for admin in brokers.values():
         setting = await admin.consume_mode("billing", "orders")
         assert (setting.mode, setting.pop_share_queue_num) == (models.ConsumeMode.POP, 1)
-    entries = fanout_status.broker_entries(popped, kind="ConsumerGroup")
+    entries = fanout_status.broker_entries(popped, entry=fanout_status.group_entry)
     assert entries[0] == {
         "name": "demo-0",
         "synced": True,
@@ -193,10 +193,10 @@ def test_an_unreachable_broker_keeps_its_last_epoch_so_a_wiped_one_is_noticed() 
     ]
     filled = fanout_status.with_missing(restarting, ("demo-0", "demo-1"), previous)
     assert [o.config_epoch for o in filled] == ["a", "old"]
-    entries = fanout_status.broker_entries(filled, kind="Topic")
-    assert runtime.epoch_changes(previous, {e["name"]: e["configEpoch"] for e in entries}) == []
+    entries = fanout_status.broker_entries(filled, entry=fanout_status.topic_entry)
+    assert epochs.epoch_changes(previous, {e["name"]: e["configEpoch"] for e in entries}) == []
     back = {"demo-0": "a", "demo-1": "new"}
-    assert runtime.epoch_changes(entries, back) == [("demo-1", "old", "new")]
+    assert epochs.epoch_changes(entries, back) == [("demo-1", "old", "new")]
 
 
 async def test_a_topic_backlog_counts_only_the_groups_that_consume_it(

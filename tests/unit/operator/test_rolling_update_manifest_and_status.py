@@ -12,8 +12,7 @@ from typing import Any
 
 from popfleet_operator import builders
 from popfleet_operator.builders import statefulsets
-from popfleet_operator.handlers import runtime
-from popfleet_operator.model import names, specs
+from popfleet_operator.model import names, observations, specs
 from popfleet_operator.model.observations import BrokerInfo, BrokerPod, StatefulSetState
 from popfleet_operator.status import clusters
 from popfleet_operator.status import conditions as c
@@ -84,7 +83,7 @@ def waiting(name: str, reason: str, restarts: int = 0, message: str = "") -> dic
 
 
 def test_a_pod_is_read_with_its_revision_age_and_problem() -> None:
-    pod = runtime.broker_pod("demo", pod_body())
+    pod = observations.broker_pod("demo", pod_body())
     assert pod is not None
     assert (pod.revision, pod.created_s, pod.problem) == ("demo-7c9f", 1795255200.0, "")
     starting = pod_body(
@@ -93,7 +92,7 @@ def test_a_pod_is_read_with_its_revision_age_and_problem() -> None:
             waiting("popack", "CrashLoopBackOff", restarts=1),
         ]
     )
-    assert runtime.broker_pod("demo", starting) == BrokerPod(
+    assert observations.broker_pod("demo", starting) == BrokerPod(
         "demo-2",
         2,
         "127.0.1.4",
@@ -102,16 +101,16 @@ def test_a_pod_is_read_with_its_revision_age_and_problem() -> None:
         created_s=1795255200.0,
     )
     pulling = pod_body(containerStatuses=[waiting("store", "ErrImagePull", message="not found")])
-    assert runtime.broker_pod("demo", pulling).problem == "store: ErrImagePull (not found)"  # type: ignore[union-attr]
+    assert observations.broker_pod("demo", pulling).problem == "store: ErrImagePull (not found)"  # type: ignore[union-attr]
     looping = pod_body(containerStatuses=[waiting("popack", "CrashLoopBackOff", restarts=3)])
-    assert runtime.broker_pod("demo", looping).problem == (  # type: ignore[union-attr]
+    assert observations.broker_pod("demo", looping).problem == (  # type: ignore[union-attr]
         "popack: CrashLoopBackOff (3 restarts)"
     )
 
 
 def test_the_statefulset_is_read_with_partition_revisions_and_hash() -> None:
-    assert runtime.statefulset_state(None) is None
-    state = runtime.statefulset_state(
+    assert observations.statefulset_state(None) is None
+    state = observations.statefulset_state(
         {
             "metadata": {"generation": 4, "annotations": {names.TEMPLATE_HASH: "abc"}},
             "spec": {
@@ -127,7 +126,7 @@ def test_the_statefulset_is_read_with_partition_revisions_and_hash() -> None:
     )
     assert state == StatefulSetState(3, 2, 4, 4, "demo-1", "demo-2", "abc")
     assert state.status_current
-    fresh = runtime.statefulset_state({"metadata": {"generation": 1}, "spec": {"replicas": 3}})
+    fresh = observations.statefulset_state({"metadata": {"generation": 1}, "spec": {"replicas": 3}})
     assert fresh == StatefulSetState(3, 0, 1, 0, "", "", "")
     assert not fresh.status_current
 

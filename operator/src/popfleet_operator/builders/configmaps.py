@@ -1,8 +1,13 @@
-"""The cluster's settings as a ConfigMap (``broker.json``) mounted into every role container.
+"""The cluster's settings as a ConfigMap (``broker.json``): a rollout trigger and a record.
 
-Its content hash goes on the pod template (``popfleet.io/config-hash``), so a settings change
-rolls the pods. The roles take the settings they act on as flags today (flush mode, revive
-queues, cluster name); the file carries the full set for the roles that read it.
+What it is for: its content hash goes on the pod template (``popfleet.io/config-hash``), so
+a change of any setting in it rolls the pods; and ``kubectl get configmap NAME-config``
+shows the settings the pods were made from. It is mounted read-only at ``/etc/popfleet`` in
+every role container, but **no broker role reads it**: the roles take what they act on as
+flags (``statefulsets``: cluster name, flush mode, revive queues, POP tuning; the ports are
+fixed), and those flags are on the pod template themselves. ``queueDefaults`` is the one
+entry that reaches no role and no Topic (Topics take ``spec.queues``): changing it only
+rolls the pods.
 """
 
 from __future__ import annotations

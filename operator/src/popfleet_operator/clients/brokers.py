@@ -3,7 +3,9 @@
 The operator dials each broker's **pod IP** and admin port (``BrokerPod.endpoint``), never
 a Service address. ``connect`` is injectable: production builds ``popfleet_api`` clients,
 unit tests hand in ``InMemoryBrokerAdmin`` instances (STYLE §5). A pod that changed IP
-simply gets a new entry; entries not used for ``idle_s`` are closed.
+simply gets a new entry; entries not used for ``idle_s`` are closed by :meth:`close_idle`,
+which every reconcile round calls first (``handlers.runtime.close_idle``), so channels to
+the IPs of replaced pods do not pile up. ``clock`` is injectable for tests.
 """
 
 from __future__ import annotations

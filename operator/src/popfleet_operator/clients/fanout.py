@@ -21,18 +21,25 @@ from typing import TypeVar
 from popfleet_api import errors as admin_errors
 from popfleet_api import models
 from popfleet_api.client import BrokerAdminApi
-from popfleet_operator.model.observations import BrokerInfo, BrokerOutcome, BrokerPod
+from popfleet_operator.model.observations import (
+    BrokerInfo,
+    BrokerOutcome,
+    BrokerPod,
+    GroupOutcome,
+    TopicOutcome,
+)
 from popfleet_operator.model.specs import GroupSpec, TopicSpec
 from popfleet_operator.planning import brokerconfig, membership
 
 Admins = Mapping[str, BrokerAdminApi]
 
 
-def _failed(broker: str, exc: admin_errors.AdminError) -> BrokerOutcome:
-    return BrokerOutcome(broker, synced=False, reachable=not exc.retriable, error=str(exc))
-
-
 _T = TypeVar("_T")
+_O = TypeVar("_O", bound=BrokerOutcome)
+
+
+def _failed(outcome: type[_O], broker: str, exc: admin_errors.AdminError) -> _O:
+    return outcome(broker, synced=False, reachable=not exc.retriable, error=str(exc))
 
 
 async def _each(admins: Admins, step: Callable[[str, BrokerAdminApi], Awaitable[_T]]) -> list[_T]:
@@ -87,17 +94,17 @@ def _find_topic(topics: Sequence[models.Topic], name: str) -> models.Topic | Non
     return next((t for t in topics if t.name == name), None)
 
 
-async def sync_topic(admins: Admins, spec: TopicSpec) -> list[BrokerOutcome]:
+async def sync_topic(admins: Admins, spec: TopicSpec) -> list[TopicOutcome]:
     desired = spec.admin_topic()
 
-    async def one(name: str, admin: BrokerAdminApi) -> BrokerOutcome:
+    async def one(name: str, admin: BrokerAdminApi) -> TopicOutcome:
         try:
             epoch = (await admin.info()).config_epoch
             observed = _find_topic(await admin.topics(), desired.name)
             action = brokerconfig.topic_action(desired, observed)
             wrote = False
             if action is brokerconfig.TopicAction.CANNOT_SHRINK and observed is not None:
-                return BrokerOutcome(
+                return TopicOutcome(
                     name,
                     synced=False,
                     config_epoch=epoch,
@@ -111,8 +118,8 @@ async def sync_topic(admins: Admins, spec: TopicSpec) -> list[BrokerOutcome]:
                 wrote = True
                 observed = _find_topic(await admin.topics(), desired.name)
         except admin_errors.AdminError as exc:
-            return _failed(name, exc)
-        return BrokerOutcome(
+            return _failed(TopicOutcome, name, exc)
+        return TopicOutcome(
             name,
             synced=brokerconfig.topic_matches(desired, observed),
             config_epoch=epoch,
@@ -173,10 +180,10 @@ async def _sync_modes(
     return settings, missing, wrote
 
 
-async def sync_group(admins: Admins, spec: GroupSpec) -> list[BrokerOutcome]:
+async def sync_group(admins: Admins, spec: GroupSpec) -> list[GroupOutcome]:
     desired = spec.admin_group()
 
-    async def one(name: str, admin: BrokerAdminApi) -> BrokerOutcome:
+    async def one(name: str, admin: BrokerAdminApi) -> GroupOutcome:
         try:
             epoch = (await admin.info()).config_epoch
             observed = next((g for g in await admin.groups() if g.name == desired.name), None)
@@ -187,7 +194,7 @@ async def sync_group(admins: Admins, spec: GroupSpec) -> list[BrokerOutcome]:
                 observed = next((g for g in await admin.groups() if g.name == desired.name), None)
             settings, missing, wrote_modes = await _sync_modes(admin, spec)
         except admin_errors.AdminError as exc:
-            return _failed(name, exc)
+            return _failed(GroupOutcome, name, exc)
         modes = {(s.mode.value, s.pop_share_queue_num) for s in settings}
         mode, share = modes.pop() if len(modes) == 1 else ("MIXED" if modes else "", None)
         synced = (
@@ -195,7 +202,7 @@ async def sync_group(admins: Admins, spec: GroupSpec) -> list[BrokerOutcome]:
             and not missing
             and all(brokerconfig.mode_matches(spec, s) for s in settings)
         )
-        return BrokerOutcome(
+        return GroupOutcome(
             name,
             synced=synced,
             config_epoch=epoch,

@@ -13,6 +13,7 @@ library.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 from collections.abc import Mapping
@@ -23,8 +24,10 @@ from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
-from popfleet_operator.errors import KubeError
+from popfleet_operator.errors import KubeError, SecretNotFound
 from popfleet_operator.model import names
+from popfleet_operator.model.observations import BrokerPod, broker_pod
+from popfleet_operator.model.specs import ClusterSpec
 
 Obj = dict[str, Any]
 
@@ -142,3 +145,35 @@ class Kube:
         except KubeError as exc:
             if exc.status != 404:
                 raise
+
+
+# ---------------------------------------------------------------- what the reconcilers read
+
+
+async def admin_token(kube: Kube, namespace: str, spec: ClusterSpec) -> str | None:
+    """The brokers' admin token from ``spec.auth.adminTokenSecret`` (None: no auth)."""
+    if spec.admin_token is None:
+        return None
+    url = path("v1", "Secret", namespace, spec.admin_token.name)
+    try:
+        secret = await kube.request("GET", url)
+    except KubeError as exc:
+        if exc.status == 404:
+            raise SecretNotFound(
+                f"spec.auth.adminTokenSecret: Secret {spec.admin_token.name!r} not found"
+            ) from exc
+        raise
+    value = (secret.get("data") or {}).get(spec.admin_token.key)
+    if value is None:
+        raise SecretNotFound(
+            f"spec.auth.adminTokenSecret: Secret {spec.admin_token.name!r} "
+            f"has no key {spec.admin_token.key!r}"
+        )
+    return base64.b64decode(value).decode().strip()
+
+
+async def broker_pods(kube: Kube, namespace: str, cluster: str) -> list[BrokerPod]:
+    """The cluster's broker pods (by label), ordered by ordinal."""
+    raw = await kube.items(path("v1", "Pod", namespace), label_selector=names.pod_selector(cluster))
+    pods = [p for p in (broker_pod(cluster, r) for r in raw) if p is not None]
+    return sorted(pods, key=lambda p: p.ordinal)

@@ -2,6 +2,7 @@
 
 ``settings`` configures kopf and builds the shared runtime (Kubernetes client, broker
 connection pool) at start-up; ``clusters``, ``topics`` and ``groups`` reconcile the three
-kinds as named steps; ``audits`` runs the BrokerClusters' audit schedules; ``metrics`` holds
-the Prometheus series.
+kinds as named steps (the last two through ``fanning``'s shared steps); ``wakeups`` holds
+the re-apply chain after a broker pod is replaced; ``audits`` runs the BrokerClusters'
+audit schedules; ``runtime`` what every round shares; ``metrics`` the Prometheus series.
 """

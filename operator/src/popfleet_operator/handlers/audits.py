@@ -5,15 +5,17 @@ A kopf timer ticks every ``POPFLEET_AUDIT_INTERVAL_S`` (default: the resync inte
 
 1. ``read``: the cluster fresh from the API (the timer's body may lag behind);
 2. ``parse``: ``spec.audit`` and its cron schedule, or ``AuditHealthy=False/InvalidSpec``;
-3. ``backend``: is the kubeflow SparkApplication CRD (v1beta2) installed and established?
-4. ``observe``: this cluster's runs (Jobs, and SparkApplications when the CRD exists);
-5. ``plan``: due time, run-now, Forbid, history limits (``planning.auditschedule``);
+3. ``choose_backend``: is the kubeflow SparkApplication CRD (v1beta2) installed and
+   established, and so which backend runs?
+4. ``observe_runs``: this cluster's runs (Jobs, and SparkApplications when the CRD exists);
+5. ``plan_runs``: due time, run-now, Forbid, history limits (``planning.auditschedule``);
 6. ``prune``: delete finished runs beyond the limits (background propagation: pods go too);
-7. ``start``: the audit identity (ServiceAccount, Role, RoleBinding), then the run itself,
-   with the admin endpoints of the ready brokers from ``status.brokers``;
-8. ``report``: ``status.audit`` and ``AuditHealthy``, patched with the read resourceVersion
-   as precondition so that a concurrent cluster reconcile is never overwritten (a conflict
-   is retried once, then left to the next tick), and Events for starts and outcomes.
+7. ``start_due``: the audit identity (ServiceAccount, Role, RoleBinding), then the run
+   itself, with the admin endpoints of the ready brokers from ``status.brokers``;
+8. ``report``: Events for outcomes, then ``status.audit`` and ``AuditHealthy`` through
+   ``patch_audit_status``: its own merge patch (not kopf's) with the read resourceVersion
+   as precondition, so that a concurrent cluster reconcile is never overwritten (a conflict
+   is retried once, then left to the next tick). Starts get their Event in step 7.
 
 Runs are owned (controller reference) by the BrokerCluster, so they are garbage-collected
 with it. ``POPFLEET_AUDIT_SPARK_CLUSTERROLE`` names the chart's spark-driver ClusterRole that
@@ -169,7 +171,7 @@ async def start_due(
 Compute = Callable[[Mapping[str, Any]], tuple[dict[str, Any], c.Condition]]
 
 
-async def write_status(
+async def patch_audit_status(
     kube: kube_client.Kube, ref: specs.ObjectRef, compute: Compute
 ) -> Mapping[str, Any] | None:
     """Patch ``status.audit`` and ``AuditHealthy`` against the latest object.
@@ -237,46 +239,50 @@ def _events(body: kopf.Body, previous: Mapping[str, Any], runs: Sequence[schedul
             )
 
 
-async def tick(kube: kube_client.Kube, body: kopf.Body, now: datetime.datetime) -> None:
-    """One pass of steps 1-8 for one BrokerCluster."""
+async def read(kube: kube_client.Kube, body: kopf.Body) -> dict[str, Any] | None:
+    """Step 1: the cluster fresh from the API; None when it is gone or going."""
     ref = specs.ObjectRef.from_body(KIND, body)
     fresh = await kube.get_or_none(
         kube_client.path(names.API_VERSION, KIND, ref.namespace, ref.name)
     )
     if fresh is None or fresh["metadata"].get("deletionTimestamp"):
-        return
-    ref = specs.ObjectRef.from_body(KIND, fresh)
-    status = fresh.get("status") or {}
-    previous = status.get("audit") or {}
-    try:
-        spec = specs.parse_audit(fresh.get("spec") or {})
-        schedule.check(spec.schedule)
-        cluster_spec = specs.parse_cluster(fresh.get("spec") or {})
-    except errors.InvalidSpec as exc:
-        problem = c.Condition(audit_status.AUDIT_HEALTHY, False, exc.reason, exc.message)
-        await write_status(kube, ref, lambda old: (dict(old), problem))
-        return
-    if not spec.enabled:
-        if previous.get("enabledAt"):
-            await write_status(
-                kube,
-                ref,
-                lambda old: (audit_status.disabled(old), audit_status.disabled_condition()),
-            )
-        return
+        return None
+    return fresh
+
+
+def parse(fresh: Mapping[str, Any]) -> tuple[specs.AuditSpec, specs.ClusterSpec]:
+    """Step 2: ``spec.audit`` with a valid schedule, and the cluster spec (or InvalidSpec)."""
+    spec = specs.parse_audit(fresh.get("spec") or {})
+    schedule.check(spec.schedule)
+    return spec, specs.parse_cluster(fresh.get("spec") or {})
+
+
+async def choose_backend(kube: kube_client.Kube, spec: specs.AuditSpec) -> tuple[str | None, bool]:
+    """Step 3: the backend to run (None: the one asked for is missing) and whether the
+    SparkApplication CRD is installed."""
     installed = await spark_operator_installed(kube)
-    backend = schedule.backend(spec.backend, spark_operator_installed=installed)
-    if backend is None:
-        problem = c.Condition(
-            audit_status.AUDIT_HEALTHY,
-            False,
-            audit_status.BACKEND_MISSING,
-            "spec.audit.backend is sparkapplication but the SparkApplication CRD "
-            "(sparkoperator.k8s.io/v1beta2) is not installed",
-        )
-        await write_status(kube, ref, lambda old: (dict(old), problem))
-        return
-    runs, kinds = await observe_runs(kube, ref, spark_installed=installed)
+    return schedule.backend(spec.backend, spark_operator_installed=installed), installed
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Planned:
+    """Step 5's answer and what it was computed from that the report repeats."""
+
+    plan: schedule.Plan
+    enabled_at: str
+    run_now: str
+
+
+def plan_runs(
+    fresh: Mapping[str, Any],
+    spec: specs.AuditSpec,
+    *,
+    runs: Sequence[schedule.Run],
+    now: datetime.datetime,
+) -> Planned:
+    """Step 5: due time since the last schedule (or since audits were enabled), run-now,
+    Forbid and the history limits."""
+    previous = (fresh.get("status") or {}).get("audit") or {}
     enabled_at = str(previous.get("enabledAt") or audit_status.timestamp(now))
     since_text = max(str(previous.get("lastScheduleTime") or ""), enabled_at)
     since = audit_status.parse_time(since_text) or now
@@ -292,27 +298,89 @@ async def tick(kube: kube_client.Kube, body: kopf.Body, now: datetime.datetime) 
         successful_runs_limit=spec.history.successful_runs_limit,
         failed_runs_limit=spec.history.failed_runs_limit,
     )
-    await prune(kube, ref, kinds, plan.prune)
-    kept = [r for r in runs if r.name not in plan.prune]
-    plan, started = await start_due(
-        kube, body, ref, plan=plan, spec=spec, backend=backend, status=status,
-        admin_token=cluster_spec.admin_token, run_now=run_now,
-    )  # fmt: skip
+    return Planned(plan=plan, enabled_at=enabled_at, run_now=run_now)
+
+
+async def report(
+    kube: kube_client.Kube,
+    body: kopf.Body,
+    ref: specs.ObjectRef,
+    *,
+    previous: Mapping[str, Any],
+    kept: Sequence[schedule.Run],
+    planned: Planned,
+    started: str | None,
+    backend: str,
+) -> None:
+    """Step 8: Events for finished runs, then ``status.audit`` and ``AuditHealthy``."""
     _events(body, previous, kept)
 
     def compute(old: Mapping[str, Any]) -> tuple[dict[str, Any], c.Condition]:
         audit = audit_status.audit_status(
             old,
             runs=kept,
-            plan=plan,
+            plan=planned.plan,
             started=started,
             backend=backend,
-            enabled_at=enabled_at,
-            run_now=run_now,
+            enabled_at=planned.enabled_at,
+            run_now=planned.run_now,
         )
         return audit, audit_status.healthy(kept, old)
 
-    await write_status(kube, ref, compute)
+    await patch_audit_status(kube, ref, compute)
+
+
+async def tick(kube: kube_client.Kube, body: kopf.Body, now: datetime.datetime) -> None:
+    """One pass of steps 1-8 for one BrokerCluster."""
+    fresh = await read(kube, body)
+    if fresh is None:
+        return
+    ref = specs.ObjectRef.from_body(KIND, fresh)
+    status = fresh.get("status") or {}
+    previous = status.get("audit") or {}
+    try:
+        spec, cluster_spec = parse(fresh)
+    except errors.InvalidSpec as exc:
+        problem = c.Condition(audit_status.AUDIT_HEALTHY, False, exc.reason, exc.message)
+        await patch_audit_status(kube, ref, lambda old: (dict(old), problem))
+        return
+    if not spec.enabled:
+        if previous.get("enabledAt"):
+            await patch_audit_status(
+                kube,
+                ref,
+                lambda old: (audit_status.disabled(old), audit_status.disabled_condition()),
+            )
+        return
+    backend, installed = await choose_backend(kube, spec)
+    if backend is None:
+        problem = c.Condition(
+            audit_status.AUDIT_HEALTHY,
+            False,
+            audit_status.BACKEND_MISSING,
+            "spec.audit.backend is sparkapplication but the SparkApplication CRD "
+            "(sparkoperator.k8s.io/v1beta2) is not installed",
+        )
+        await patch_audit_status(kube, ref, lambda old: (dict(old), problem))
+        return
+    runs, kinds = await observe_runs(kube, ref, spark_installed=installed)
+    planned = plan_runs(fresh, spec, runs=runs, now=now)
+    await prune(kube, ref, kinds, planned.plan.prune)
+    kept = [r for r in runs if r.name not in planned.plan.prune]
+    plan, started = await start_due(
+        kube, body, ref, plan=planned.plan, spec=spec, backend=backend, status=status,
+        admin_token=cluster_spec.admin_token, run_now=planned.run_now,
+    )  # fmt: skip
+    await report(
+        kube,
+        body,
+        ref,
+        previous=previous,
+        kept=kept,
+        planned=dataclasses.replace(planned, plan=plan),
+        started=started,
+        backend=backend,
+    )
 
 
 @kopf.timer(names.GROUP, names.VERSION, "brokerclusters", id="audits", interval=TICK_S, idle=None)

@@ -1,7 +1,7 @@
 """BrokerCluster: children, replicas, membership, rolling updates and status, as named steps.
 
 ``reconcile`` runs on create/update/resume, on every resync tick (level-based) and whenever
-a broker pod changes (``pod_changed`` wakes it):
+a broker pod changes (``wakeups.pod_changed`` wakes it):
 
 1. ``paused``: leave everything as it is and say so;
 2. ``parse``: the spec, or ``InvalidSpec`` -> ``PermanentError`` with a condition;
@@ -13,7 +13,9 @@ a broker pod changes (``pod_changed`` wakes it):
    replaced one at a time, each only after the one before came back Ready and re-applied;
 7. ``apply_children``: server-side apply of every child (owner references set), the
    StatefulSet with this round's partition;
-8. ``report``: status, conditions, Events for transitions (rollout steps included), metrics.
+8. ``report``: status, conditions, Events for transitions (rollout steps included), metrics;
+9. ``wakeups.poke_dependents``: when the brokers changed, wake this cluster's Topics and
+   ConsumerGroups so they re-apply now (``wakeups`` draws the whole chain).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ import kopf
 from popfleet_operator import builders, errors
 from popfleet_operator.clients import fanout
 from popfleet_operator.clients import kube as kube_client
-from popfleet_operator.handlers import metrics, runtime
-from popfleet_operator.model import names, specs
+from popfleet_operator.handlers import metrics, runtime, wakeups
+from popfleet_operator.model import names, observations, specs, switches
 from popfleet_operator.model.observations import BrokerInfo, BrokerPod
 from popfleet_operator.planning import membership, rollout, scaling
 from popfleet_operator.status import clusters as cluster_status
 from popfleet_operator.status import conditions as c
+from popfleet_operator.status import epochs
 
 KIND = "BrokerCluster"
 
@@ -63,7 +66,7 @@ def plan_rollout(
     health: Mapping[str, str],
 ) -> rollout.RolloutPlan:
     """The partition to apply: is the template changing, and where is the rollout?"""
-    state = runtime.statefulset_state(sts)
+    state = observations.statefulset_state(sts)
     changed = state is not None and state.template_hash != builders.pod_template_hash(ref, spec)
     return rollout.plan(
         cluster=ref.name,
@@ -156,7 +159,8 @@ def report(
     member_errors: dict[str, str],
     rolling: rollout.RolloutPlan,
     template_hash_known: bool,
-) -> list[c.Condition]:
+) -> tuple[list[c.Condition], list[dict[str, Any]]]:
+    """Status, conditions, Events and metrics; returns the conditions and ``status.brokers``."""
     ref = specs.ObjectRef.from_body(KIND, body)
     expected = [i for i in infos if i.pod.ordinal < max(spec.brokers, plan.replicas)]
     with_errors = [
@@ -192,14 +196,15 @@ def report(
             rolling, replicas=plan.replicas, previous=previous_rollout
         )
     previous = (body.get("status") or {}).get("brokers") or []
-    for broker, old, new in runtime.epoch_changes(
+    for broker, old, new in epochs.epoch_changes(
         previous, {i.pod.name: i.config_epoch for i in with_errors}
     ):
         kopf.event(
             body,
             type="Normal",
             reason="BrokerConfigEpochChanged",
-            message=f"{broker}: config epoch {old} -> {new}; topics, groups and modes re-applied",
+            message=f"{broker}: config epoch {old} -> {new}; "
+            "re-applying its topics, groups and modes",
         )
     old_conditions = (body.get("status") or {}).get("conditions") or []
     if plan.blocked and not c.is_true(old_conditions, c.DEGRADED):
@@ -217,43 +222,19 @@ def report(
         **rollout_fields,
     )
     metrics.READY_BROKERS.labels(ref.namespace, ref.name).set(ready)
-    return conditions
-
-
-async def poke_dependents(rt: runtime.Runtime, body: kopf.Body, entries: list[Any]) -> None:
-    """Brokers changed: annotate this cluster's Topics and ConsumerGroups so they re-apply now.
-
-    The annotation's value is the brokers' fingerprint; a change of it is an update event
-    for kopf, so their change handlers run at once (the resync timer stays the safety net).
-    """
-    previous = (body.get("status") or {}).get("brokers") or []
-    new = cluster_status.fingerprint(entries)
-    if new == cluster_status.fingerprint(previous):
-        return
-    ref = specs.ObjectRef.from_body(KIND, body)
-    for kind in ("Topic", "ConsumerGroup"):
-        url = kube_client.path(names.API_VERSION, kind, ref.namespace)
-        for item in await rt.kube.items(url):
-            if (item.get("spec") or {}).get("clusterRef", {}).get("name") != ref.name:
-                continue
-            if item["metadata"].get("deletionTimestamp"):
-                continue
-            await rt.kube.patch_merge(
-                f"{url}/{item['metadata']['name']}",
-                {"metadata": {"annotations": {names.BROKERS: new}}},
-            )
+    return conditions, entries
 
 
 async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Condition]:
     rt = runtime.get(memo)
     ref = specs.ObjectRef.from_body(KIND, body)
-    if runtime.paused(body):
+    if switches.paused(body):
         update = c.Condition(c.RECONCILING, False, c.PAUSED, f"annotation {names.PAUSED}=true")
         runtime.write_status(patch, body, [update])
         return [update]
     try:
         spec = specs.parse_cluster(body["spec"])
-        token = await runtime.admin_token(rt.kube, ref.namespace, spec)
+        token = await kube_client.admin_token(rt.kube, ref.namespace, spec)
     except errors.InvalidSpec as exc:
         updates = [
             c.Condition(c.READY, False, c.INVALID_SPEC, exc.message),
@@ -272,7 +253,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         kube_client.path("apps/v1", "StatefulSet", ref.namespace, names.statefulset(ref.name))
     )
     current = int(sts["spec"]["replicas"]) if sts else None
-    pods = await runtime.broker_pods(rt.kube, ref.namespace, ref.name)
+    pods = await kube_client.broker_pods(rt.kube, ref.namespace, ref.name)
     plan = await plan_replicas(rt, current=current, desired=spec.brokers, pods=pods, token=token)
     members_pods = [p for p in pods if p.ordinal < plan.replicas]
     admins = rt.pool.for_pods(members_pods, token)
@@ -291,7 +272,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
     )
     await apply_children(rt, ref, spec, replicas=plan.replicas, partition=rolling.partition)
     known = bool(sts and (sts["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH))
-    conditions = report(
+    conditions, entries = report(
         body=body,
         patch=patch,
         spec=spec,
@@ -301,33 +282,8 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         rolling=rolling,
         template_hash_known=known,
     )
-    await poke_dependents(rt, body, patch.status["brokers"])
+    await wakeups.poke_dependents(rt, body, entries)
     return conditions
-
-
-@kopf.on.event(
-    "",
-    "v1",
-    "pods",
-    labels={names.LABEL_CLUSTER: kopf.PRESENT, names.LABEL_MANAGED_BY: names.OPERATOR_APP},
-)
-async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-    """A broker pod came, went, moved or changed readiness: wake its BrokerCluster now.
-
-    The cluster carries its pods' fingerprint in an annotation; changing it is an update
-    event, so the cluster's change handler runs (members pushed, status, dependents poked)
-    without waiting for the resync timer. Pod events that change nothing that matters
-    (most of them) cost one list and one get, and write nothing.
-    """
-    rt = runtime.get(memo)
-    cluster, ns = labels[names.LABEL_CLUSTER], namespace or ""
-    url = kube_client.path(names.API_VERSION, KIND, ns, cluster)
-    body = await rt.kube.get_or_none(url)
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return
-    value = cluster_status.pods_fingerprint(await runtime.broker_pods(rt.kube, ns, cluster))
-    if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
-        await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
 
 
 @kopf.on.resume(names.GROUP, names.VERSION, "brokerclusters")

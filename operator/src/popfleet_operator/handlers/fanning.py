@@ -1,36 +1,82 @@
 """Shared steps of the Topic and ConsumerGroup reconcilers (both fan out to every broker).
 
+A kind is one :class:`Declared` value (``topics.TOPICS``, ``groups.GROUPS``): its names, its
+spec parser, its sync, its backlog measure, its delete call and its ``status.brokers``
+entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand it to
+:func:`run` (change handlers and the resync timer), :func:`release` (the finalizer) and
+:func:`claims` (the claim index).
+
 ``reconcile`` as named steps:
 
 1. ``unmanaged`` / ``paused``: do nothing to brokers, say so;
-2. ``parse``: the spec (``InvalidSpec`` -> ``PermanentError`` + condition);
+2. ``parse``: ``declared.parse(name, spec)`` (``InvalidSpec`` -> ``PermanentError`` +
+   condition);
 3. ``claim``: the oldest CR declaring this name on this cluster wins; others get
    ``Ready=False, ResourceConflict`` and touch nothing;
 4. ``target``: the referenced BrokerCluster (missing -> ``ClusterNotFound``), its admin
    token and the broker pods it should have (ordinals below ``spec.brokers``);
-5. ``sync``: apply + read back on every broker (``clients.fanout``);
-6. ``report``: per-broker status, conditions, Events (re-applied after a config-epoch
-   change), metrics; unreachable brokers -> ``TemporaryError`` with back-off from change
-   handlers (timers simply try again next tick).
+5. ``sync``: ``declared.sync(admins, spec)``: apply + read back on every broker
+   (``clients.fanout``);
+6. ``report``: per-broker status (``declared.entry``), conditions, Events (``Reapplied``
+   for a broker this round found with a new config epoch), metrics; unreachable brokers ->
+   ``TemporaryError`` with back-off from change handlers (timers simply try again next
+   tick).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 import kopf
 
+from popfleet_api.client import BrokerAdminApi
 from popfleet_operator import errors
 from popfleet_operator.clients import fanout
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime
-from popfleet_operator.model import names, specs
+from popfleet_operator.model import names, specs, switches
 from popfleet_operator.model.observations import BrokerOutcome
 from popfleet_operator.planning import conflicts
 from popfleet_operator.status import conditions as c
+from popfleet_operator.status import epochs
 from popfleet_operator.status import fanout as fanout_status
+
+
+class FannedSpec(Protocol):
+    """What the shared steps need of a parsed Topic or ConsumerGroup spec."""
+
+    @property
+    def cluster(self) -> str: ...
+
+    @property
+    def delete_on_broker(self) -> bool: ...
+
+
+SpecT = TypeVar("SpecT", bound=FannedSpec)
+Claims = kopf.Index[tuple[str, str, str], conflicts.Claim]
+
+
+@dataclass(frozen=True, slots=True)
+class Declared(Generic[SpecT]):
+    """One fanned-out kind: its names and how to parse, sync, report, measure and delete it."""
+
+    kind: str  # "Topic" / "ConsumerGroup"
+    plural: str  # the CRD's plural, for kopf's resource
+    domain: str  # the domain condition type
+    name_field: str  # spec and status field holding the broker-side name
+    parse: Callable[[str, Mapping[str, Any]], SpecT]  # (CR name, spec) or InvalidSpec
+    broker_name: Callable[[SpecT], str]
+    sync: Callable[[fanout.Admins, SpecT], Awaitable[Sequence[BrokerOutcome]]]
+    entry: Callable[[BrokerOutcome], dict[str, Any]]  # one ``status.brokers`` entry
+    backlog: Callable[[BrokerAdminApi, SpecT], Awaitable[int | None]]
+    delete: Callable[[fanout.Admins, str], Awaitable[dict[str, str]]]
+
+    @property
+    def resource(self) -> tuple[str, str, str]:
+        """(group, version, plural): what the kind's kopf decorators watch."""
+        return (names.GROUP, names.VERSION, self.plural)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,17 +85,6 @@ class Target:
 
     admins: fanout.Admins
     expected: tuple[str, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    name: str  # "Topic" / "ConsumerGroup"
-    domain: str  # the domain condition type
-    name_field: str  # status field holding the broker-side name
-
-
-TOPIC = Kind("Topic", c.TOPIC_SYNCED, "topicName")
-GROUP = Kind("ConsumerGroup", c.MODE_APPLIED, "groupName")
 
 
 def claim_key(namespace: str, cluster: str, broker_name: str) -> tuple[str, str, str]:
@@ -62,8 +97,17 @@ def claim_of(meta: kopf.Meta) -> conflicts.Claim:
     )
 
 
-def owner_of(index: kopf.Index[Any, Any], key: tuple[str, str, str]) -> conflicts.Claim | None:
+def owner_of(index: Claims, key: tuple[str, str, str]) -> conflicts.Claim | None:
     return conflicts.winner(list(index.get(key, [])))
+
+
+def claims(
+    declared: Declared[Any], *, namespace: str | None, name: str, spec: kopf.Spec, meta: kopf.Meta
+) -> dict[tuple[str, str, str], conflicts.Claim]:
+    """The claim index's entry for one CR: (namespace, cluster, broker-side name) -> claim."""
+    broker_name = str(spec.get(declared.name_field) or name)
+    cluster = str((spec.get("clusterRef") or {}).get("name", ""))
+    return {claim_key(namespace or "", cluster, broker_name): claim_of(meta)}
 
 
 async def cluster_spec(
@@ -82,10 +126,10 @@ async def target(rt: runtime.Runtime, namespace: str, cluster: str) -> Target:
     if found is None:
         raise errors.ClusterNotFound(f"BrokerCluster {cluster!r} not found in {namespace}")
     _, spec = found
-    token = await runtime.admin_token(rt.kube, namespace, spec)
+    token = await kube_client.admin_token(rt.kube, namespace, spec)
     pods = [
         p
-        for p in await runtime.broker_pods(rt.kube, namespace, cluster)
+        for p in await kube_client.broker_pods(rt.kube, namespace, cluster)
         if p.ordinal < spec.brokers
     ]
     return Target(
@@ -94,8 +138,30 @@ async def target(rt: runtime.Runtime, namespace: str, cluster: str) -> Target:
     )
 
 
+def reapplied_events(
+    body: kopf.Body, outcomes: Sequence[BrokerOutcome], previous: Sequence[Mapping[str, Any]]
+) -> None:
+    """``Reapplied`` for each broker found with a new config epoch this round.
+
+    This is where the re-apply after a broker came back empty is observed (the BrokerCluster
+    only announced it: ``wakeups``): the outcome is this round's read-back on that broker.
+    """
+    by_broker = {o.broker: o for o in outcomes}
+    for broker, old, new in epochs.epoch_changes(
+        previous, {o.broker: o.config_epoch for o in outcomes}
+    ):
+        outcome = by_broker[broker]
+        done = "re-applied" if outcome.synced else f"re-applying ({outcome.error or 'pending'})"
+        kopf.event(
+            body,
+            type="Normal",
+            reason="Reapplied",
+            message=f"{broker} came back with config epoch {new} (was {old}); {done}",
+        )
+
+
 def report(
-    kind: Kind,
+    declared: Declared[Any],
     *,
     body: kopf.Body,
     patch: kopf.Patch,
@@ -103,40 +169,32 @@ def report(
     outcomes: Sequence[BrokerOutcome],
     expected: Sequence[str],
 ) -> list[c.Condition]:
-    ref = specs.ObjectRef.from_body(kind.name, body)
+    ref = specs.ObjectRef.from_body(declared.kind, body)
     previous = (body.get("status") or {}).get("brokers") or []
     outcomes = fanout_status.with_missing(outcomes, expected, previous)
-    conditions = fanout_status.fanout_conditions(kind.domain, outcomes, expected)
-    for broker, old, new in runtime.epoch_changes(
-        previous, {o.broker: o.config_epoch for o in outcomes}
-    ):
-        kopf.event(
-            body,
-            type="Normal",
-            reason="Reapplied",
-            message=f"{broker} came back with config epoch {new} (was {old}); re-applied",
-        )
+    conditions = fanout_status.fanout_conditions(declared.domain, outcomes, expected)
+    reapplied_events(body, outcomes, previous)
     old_conditions = (body.get("status") or {}).get("conditions") or []
-    if conditions[0].status and not c.is_true(old_conditions, kind.domain):
+    if conditions[0].status and not c.is_true(old_conditions, declared.domain):
         kopf.event(body, type="Normal", reason=conditions[0].reason, message=conditions[0].message)
     runtime.write_status(
         patch,
         body,
         conditions,
         syncedBrokers=fanout_status.synced_text(outcomes, expected),
-        brokers=fanout_status.broker_entries(outcomes, kind=kind.name),
-        **{kind.name_field: broker_name},
+        brokers=fanout_status.broker_entries(outcomes, entry=declared.entry),
+        **{declared.name_field: broker_name},
     )
     synced = sum(1 for o in outcomes if o.synced and o.broker in expected)
-    metrics.BROKERS_IN_SYNC.labels(kind.name, ref.namespace, ref.name).set(synced)
-    metrics.BROKERS_EXPECTED.labels(kind.name, ref.namespace, ref.name).set(len(expected))
+    metrics.BROKERS_IN_SYNC.labels(declared.kind, ref.namespace, ref.name).set(synced)
+    metrics.BROKERS_EXPECTED.labels(declared.kind, ref.namespace, ref.name).set(len(expected))
     return conditions
 
 
 def blocked(
-    kind: Kind, *, body: kopf.Body, patch: kopf.Patch, reason: str, message: str
+    declared: Declared[Any], *, body: kopf.Body, patch: kopf.Patch, reason: str, message: str
 ) -> list[c.Condition]:
-    conditions = fanout_status.blocked_conditions(reason, message, domain=kind.domain)
+    conditions = fanout_status.blocked_conditions(reason, message, domain=declared.domain)
     old = (body.get("status") or {}).get("conditions") or []
     previous = c.find(old, c.READY)
     if previous is None or previous.get("reason") != reason:
@@ -145,49 +203,47 @@ def blocked(
     return conditions
 
 
-Sync = Callable[[fanout.Admins], Awaitable[list[BrokerOutcome]]]
-
-
 async def reconcile(
-    kind: Kind,
+    declared: Declared[SpecT],
     *,
     body: kopf.Body,
     patch: kopf.Patch,
     memo: Any,
-    index: kopf.Index[Any, Any],
-    parse: Callable[[], tuple[str, str, Sync]],
+    index: Claims,
 ) -> list[c.Condition]:
-    """``parse`` returns (cluster, broker-side name, the sync step) or raises InvalidSpec."""
+    """Steps 1-6 (module docstring) for one Topic or ConsumerGroup."""
     rt = runtime.get(memo)
-    if runtime.unmanaged(body):
-        return blocked(
-            kind, body=body, patch=patch, reason=c.UNMANAGED, message=f"{names.MANAGED}=false"
-        )
-    if runtime.paused(body):
+    if switches.unmanaged(body):
+        message = f"{names.MANAGED}=false"
+        return blocked(declared, body=body, patch=patch, reason=c.UNMANAGED, message=message)
+    if switches.paused(body):
         update = c.Condition(c.RECONCILING, False, c.PAUSED, f"annotation {names.PAUSED}=true")
         runtime.write_status(patch, body, [update])
         return [update]
     try:
-        cluster, broker_name, sync = parse()
+        spec = declared.parse(body["metadata"]["name"], body["spec"])
     except errors.InvalidSpec as exc:
-        blocked(kind, body=body, patch=patch, reason=c.INVALID_SPEC, message=exc.message)
+        blocked(declared, body=body, patch=patch, reason=c.INVALID_SPEC, message=exc.message)
         raise kopf.PermanentError(exc.message) from exc
-    owner = owner_of(index, claim_key(body["metadata"]["namespace"], cluster, broker_name))
+    broker_name = declared.broker_name(spec)
+    owner = owner_of(index, claim_key(body["metadata"]["namespace"], spec.cluster, broker_name))
     if owner is not None and owner != claim_of(body.metadata):
-        message = conflicts.conflict_message(kind.name, broker_name, owner)
-        return blocked(kind, body=body, patch=patch, reason=c.RESOURCE_CONFLICT, message=message)
+        message = conflicts.conflict_message(declared.kind, broker_name, owner)
+        return blocked(
+            declared, body=body, patch=patch, reason=c.RESOURCE_CONFLICT, message=message
+        )
     try:
-        where = await target(rt, body["metadata"]["namespace"], cluster)
+        where = await target(rt, body["metadata"]["namespace"], spec.cluster)
     except errors.ClusterNotFound as exc:
         return blocked(
-            kind, body=body, patch=patch, reason=c.CLUSTER_NOT_FOUND, message=exc.message
+            declared, body=body, patch=patch, reason=c.CLUSTER_NOT_FOUND, message=exc.message
         )
     except errors.InvalidSpec as exc:
-        message = f"BrokerCluster {cluster!r}: {exc.message}"
-        return blocked(kind, body=body, patch=patch, reason=c.INVALID_SPEC, message=message)
-    outcomes = await sync(where.admins)
+        message = f"BrokerCluster {spec.cluster!r}: {exc.message}"
+        return blocked(declared, body=body, patch=patch, reason=c.INVALID_SPEC, message=message)
+    outcomes = await declared.sync(where.admins, spec)
     return report(
-        kind,
+        declared,
         body=body,
         patch=patch,
         broker_name=broker_name,
@@ -197,54 +253,52 @@ async def reconcile(
 
 
 async def run(
-    kind: Kind,
+    declared: Declared[Any],
     *,
     body: kopf.Body,
     patch: kopf.Patch,
     memo: Any,
     logger: kopf.Logger,
     retry: int | None,
-    index: kopf.Index[Any, Any],
-    parse: Callable[[], tuple[str, str, Sync]],
+    index: Claims,
 ) -> None:
     """One round (``runtime.reconcile_round``); ``retry`` None for timer ticks (never raise)."""
     await runtime.reconcile_round(
-        kind.name,
+        declared.kind,
         memo=memo,
         logger=logger,
         retry=retry,
-        reconcile=lambda: reconcile(
-            kind, body=body, patch=patch, memo=memo, index=index, parse=parse
-        ),
+        reconcile=lambda: reconcile(declared, body=body, patch=patch, memo=memo, index=index),
     )
 
 
 async def release(
-    kind: Kind,
+    declared: Declared[SpecT],
     *,
     body: kopf.Body,
     patch: kopf.Patch,
     memo: Any,
-    index: kopf.Index[Any, Any],
-    cluster: str,
-    broker_name: str,
-    delete_on_broker: bool,
-    backlog: Callable[[fanout.Admins], Awaitable[dict[str, int | None]]],
-    delete: Callable[[fanout.Admins], Awaitable[dict[str, str]]],
+    index: Claims,
 ) -> None:
     """The finalizer's work, as numbered steps.
 
+    0. A spec that never parsed never reached the brokers: nothing to do.
     1. Retain policy, unmanaged, or another CR owns the name: leave the brokers alone.
     2. The cluster is gone or going: nothing left to delete; let go (no finalizer deadlock).
     3. Any backlog (or a broker that cannot tell): refuse, say why, retry later.
     4. Delete on every broker; any broker failing -> retry.
     """
-    ref = specs.ObjectRef.from_body(kind.name, body)
-    metrics.forget(kind.name, ref.namespace, ref.name)
-    owner = owner_of(index, claim_key(ref.namespace, cluster, broker_name))
+    try:
+        spec = declared.parse(body["metadata"]["name"], body["spec"])
+    except errors.InvalidSpec:
+        return
+    broker_name = declared.broker_name(spec)
+    ref = specs.ObjectRef.from_body(declared.kind, body)
+    metrics.forget(declared.kind, ref.namespace, ref.name)
+    owner = owner_of(index, claim_key(ref.namespace, spec.cluster, broker_name))
     if (
-        not delete_on_broker
-        or runtime.unmanaged(body)
+        not spec.delete_on_broker
+        or switches.unmanaged(body)
         or (owner and owner != claim_of(body.metadata))
     ):
         kopf.event(
@@ -253,13 +307,13 @@ async def release(
         return
     rt = runtime.get(memo)
     try:
-        where = await target(rt, ref.namespace, cluster)
+        where = await target(rt, ref.namespace, spec.cluster)
     except (errors.ClusterNotFound, errors.InvalidSpec) as exc:
         kopf.warn(body, reason="Released", message=f"{exc.message}; nothing to delete")
         return
     except errors.SecretNotFound as exc:
         raise kopf.TemporaryError(exc.message, delay=max(5.0, runtime.RESYNC_S)) from exc
-    found = await backlog(where.admins)
+    found = await fanout.backlogs(where.admins, lambda admin: declared.backlog(admin, spec))
     waiting = {b: n for b, n in found.items() if n != 0}
     if waiting or set(where.admins) != set(where.expected):
         detail = ", ".join(
@@ -275,7 +329,7 @@ async def release(
         )
         kopf.warn(body, reason=c.DELETION_BLOCKED, message=message)
         raise kopf.TemporaryError(message, delay=max(5.0, runtime.RESYNC_S / 2))
-    failures = {b: e for b, e in (await delete(where.admins)).items() if e}
+    failures = {b: e for b, e in (await declared.delete(where.admins, broker_name)).items() if e}
     if failures:
         raise kopf.TemporaryError(f"delete failed on {failures}", delay=5)
     kopf.event(

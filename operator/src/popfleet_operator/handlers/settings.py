@@ -4,7 +4,10 @@
   ``status.kopf`` (our structural status schema would prune it). kopf leaves annotations
   under its own prefix out of the diff, so it must not be ``popfleet.io``: the pause,
   managed and wake-up annotations there have to count as changes;
-* the finalizer is ``popfleet.io/finalizer`` (Topics and ConsumerGroups only);
+* the finalizer is ``popfleet.io/finalizer``. kopf puts it on every kind: on Topics and
+  ConsumerGroups for their ``deleted`` handlers, on BrokerClusters too because kopf adds it
+  for any object with a timer (``resync``, ``audits``), to stop the timer before the object
+  goes (``uninstalling`` relies on the operator removing it);
 * handler log lines are not all posted as Events (only warnings); the reconcilers post
   their own Events for transitions;
 * peering: kopf's own (``ClusterKopfPeering`` named by ``$POPFLEET_PEERING_NAME``) so two

@@ -1,11 +1,18 @@
 """What the operator saw: broker pods and what each broker answered (plain values).
 
-``clients`` produce these; ``planning`` and ``status`` turn them into decisions and status.
+``clients`` produce these (:func:`broker_pod` and :func:`statefulset_state` read them from
+raw Kubernetes bodies, purely); ``planning`` and ``status`` turn them into decisions and
+status.
 """
 
 from __future__ import annotations
 
+import datetime
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+from popfleet_operator.model import names
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,19 +73,104 @@ class BrokerInfo:
 
 @dataclass(frozen=True, slots=True)
 class BrokerOutcome:
-    """One broker's read-back after a Topic or ConsumerGroup fan-out round.
+    """One broker's read-back after a Topic or ConsumerGroup fan-out round: what both share.
 
     ``synced`` only when the broker, read back after any write, matches the spec exactly.
+    A plain ``BrokerOutcome`` is a broker that said nothing of the object (unreachable, no
+    pod yet, or refused before any read); the kinds' answers are :class:`TopicOutcome` and
+    :class:`GroupOutcome`. ``missing_topics``: topics the object needs that the broker lacks
+    (a group's subscriptions; always empty for a Topic).
     """
 
     broker: str
     synced: bool
     reachable: bool = True
     config_epoch: str = ""
-    queues: int | None = None
-    perm: str = ""
-    mode: str = ""
-    pop_share_queue_num: int | None = None
     missing_topics: tuple[str, ...] = ()
     error: str = ""
     wrote: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TopicOutcome(BrokerOutcome):
+    """A Topic as the broker holds it: write queue count and permission ("" when absent)."""
+
+    queues: int | None = None
+    perm: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOutcome(BrokerOutcome):
+    """A group's consume mode as read back (``MIXED`` when its topics disagree)."""
+
+    mode: str = ""
+    pop_share_queue_num: int | None = None
+
+
+# ---------------------------------------------------------------- reading raw bodies
+
+# Container waiting reasons of a pod that is still starting normally. popack and revive exit
+# until the store's socket exists, so a young pod shows a CrashLoopBackOff or two: only
+# CRASH_LOOP_RESTARTS restarts of one container make it a problem.
+_STARTING = frozenset({"ContainerCreating", "PodInitializing"})
+CRASH_LOOP_RESTARTS = 3
+
+
+def _problem(status: Mapping[str, Any]) -> str:
+    """The first container that cannot run (image, config, crash loop), "" when none."""
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting") or {}
+        reason = str(waiting.get("reason") or "")
+        restarts = int(container.get("restartCount") or 0)
+        if not reason or reason in _STARTING:
+            continue
+        if reason == "CrashLoopBackOff" and restarts < CRASH_LOOP_RESTARTS:
+            continue
+        detail = f"{restarts} restarts" if reason == "CrashLoopBackOff" else ""
+        detail = detail or str(waiting.get("message") or "")[:200]
+        return f"{container.get('name')}: {reason}" + (f" ({detail})" if detail else "")
+    return ""
+
+
+def _timestamp_s(value: object) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def broker_pod(cluster: str, pod: Mapping[str, Any]) -> BrokerPod | None:
+    """A raw Pod of ``cluster`` as a :class:`BrokerPod`; None when its name is no ordinal."""
+    meta = pod["metadata"]
+    name = str(meta["name"])
+    ordinal = names.ordinal(cluster, name)
+    if ordinal is None:
+        return None
+    status = pod.get("status") or {}
+    conditions = status.get("conditions") or []
+    return BrokerPod(
+        name=name,
+        ordinal=ordinal,
+        pod_ip=status.get("podIP") or None,
+        ready=any(x.get("type") == "Ready" and x.get("status") == "True" for x in conditions),
+        terminating=bool(meta.get("deletionTimestamp")),
+        revision=str((meta.get("labels") or {}).get(names.LABEL_REVISION, "")),
+        created_s=_timestamp_s(meta.get("creationTimestamp")),
+        problem=_problem(status),
+    )
+
+
+def statefulset_state(sts: Mapping[str, Any] | None) -> StatefulSetState | None:
+    """The broker StatefulSet's replicas, partition, revisions and template hash."""
+    if sts is None:
+        return None
+    meta, spec, status = sts["metadata"], sts.get("spec") or {}, sts.get("status") or {}
+    rolling = (spec.get("updateStrategy") or {}).get("rollingUpdate") or {}
+    return StatefulSetState(
+        replicas=int(spec.get("replicas", 1)),
+        partition=int(rolling.get("partition") or 0),
+        generation=int(meta.get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
+        current_revision=str(status.get("currentRevision") or ""),
+        update_revision=str(status.get("updateRevision") or ""),
+        template_hash=str((meta.get("annotations") or {}).get(names.TEMPLATE_HASH, "")),
+    )

@@ -1,0 +1,88 @@
+"""The re-apply chain after a broker pod is replaced, in one place.
+
+A broker pod that comes back (new IP, or an empty volume and so a new config epoch) must get
+its member list and every Topic, ConsumerGroup and consume mode again, without waiting for
+the resync timers. Two annotations turn that into ordinary kopf update events::
+
+    broker pod event (created, deleted, moved, readiness changed)
+      -> pod_changed: patch popfleet.io/pods = pods' fingerprint on the BrokerCluster
+           (only when it differs: most pod events write nothing)
+      -> clusters.changed -> clusters.reconcile: members pushed, children applied,
+           status.brokers written; Event BrokerConfigEpochChanged ("re-applying ...")
+           for a broker with a new config epoch
+      -> poke_dependents: patch popfleet.io/brokers = status.brokers' fingerprint on each
+           Topic and ConsumerGroup of the cluster (only when the brokers changed)
+      -> topics.changed / groups.changed -> fanning.reconcile: apply + read back on every
+           broker; Event Reapplied from fanning.report, which observes the re-apply
+
+Each arrow is an update event of the next object, so kopf's retries, the per-object lock and
+the progress annotations apply as for any change; the resync timers stay the safety net if
+a wake-up is lost (operator restart, a conflict on the patch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import kopf
+
+from popfleet_operator.clients import kube as kube_client
+from popfleet_operator.handlers import runtime
+from popfleet_operator.model import names, specs
+from popfleet_operator.status import clusters as cluster_status
+
+CLUSTER = "BrokerCluster"
+DEPENDENTS = ("Topic", "ConsumerGroup")
+
+
+@kopf.on.event(
+    "",
+    "v1",
+    "pods",
+    labels={names.LABEL_CLUSTER: kopf.PRESENT, names.LABEL_MANAGED_BY: names.OPERATOR_APP},
+)
+async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
+    """A broker pod came, went, moved or changed readiness: wake its BrokerCluster now.
+
+    The cluster carries its pods' fingerprint in an annotation; changing it is an update
+    event, so the cluster's change handler runs (members pushed, status, dependents poked)
+    without waiting for the resync timer. Pod events that change nothing that matters
+    (most of them) cost one list and one get, and write nothing.
+    """
+    rt = runtime.get(memo)
+    cluster, ns = labels[names.LABEL_CLUSTER], namespace or ""
+    url = kube_client.path(names.API_VERSION, CLUSTER, ns, cluster)
+    body = await rt.kube.get_or_none(url)
+    if body is None or body["metadata"].get("deletionTimestamp"):
+        return
+    value = cluster_status.pods_fingerprint(await kube_client.broker_pods(rt.kube, ns, cluster))
+    if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
+        await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
+
+
+async def poke_dependents(
+    rt: runtime.Runtime, body: kopf.Body, entries: Sequence[Mapping[str, Any]]
+) -> None:
+    """Brokers changed: annotate this cluster's Topics and ConsumerGroups so they re-apply now.
+
+    ``entries`` is the ``status.brokers`` this round wrote (``clusters.report``'s). The
+    annotation's value is their fingerprint; a change of it is an update event for kopf, so
+    the dependents' change handlers run at once (the resync timer stays the safety net).
+    """
+    previous = (body.get("status") or {}).get("brokers") or []
+    new = cluster_status.fingerprint(entries)
+    if new == cluster_status.fingerprint(previous):
+        return
+    ref = specs.ObjectRef.from_body(CLUSTER, body)
+    for kind in DEPENDENTS:
+        url = kube_client.path(names.API_VERSION, kind, ref.namespace)
+        for item in await rt.kube.items(url):
+            if (item.get("spec") or {}).get("clusterRef", {}).get("name") != ref.name:
+                continue
+            if item["metadata"].get("deletionTimestamp"):
+                continue
+            await rt.kube.patch_merge(
+                f"{url}/{item['metadata']['name']}",
+                {"metadata": {"annotations": {names.BROKERS: new}}},
+            )
