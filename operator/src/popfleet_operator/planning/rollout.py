@@ -24,10 +24,12 @@ member list the operator pushed). Callers: ``handlers.clusters`` (the ``plan_rol
    and not on the update revision) while another broker of ``0 .. replicas-1`` is missing,
    terminating or not Ready, P = s+1 instead and the rollout waits.
 6. Lowering P is always allowed. Raising it (a new rollout, an updated pod that fell ill)
-   never passes an existing pod that is not on the current revision, nor an ordinal this
-   round's scale-up adds: below P the controller (re)creates pods at the current revision,
-   so an updated pod deleted later (eviction, drain) would come back rolled back, and a new
-   pod would start on the old template only to be replaced.
+   passes only ordinals whose pod exists on the current revision: below P the controller
+   (re)creates pods at the current revision, so an updated pod deleted later (eviction,
+   drain) would come back rolled back. An ordinal without a pod is never passed either: its
+   last pod may have been updated before it went (a scale-down and up again, an eviction),
+   and an ordinal this round's scale-up adds would start on the old template only to be
+   replaced.
 7. Pod s on the update revision and not confirmed is *stuck* when one of its containers
    cannot run (``BrokerPod.problem``: image, config, crash loop) or it is still not
    confirmed ``ready_timeout_s`` after its creation. P already stops above the pods below
@@ -87,10 +89,11 @@ def _raise_cap(sts: StatefulSetState, pods: Mapping[int, BrokerPod], replicas: i
     """The highest partition that rolls no pod back (step 6); large when nothing limits it."""
     blockers = [
         ordinal
-        for ordinal, pod in pods.items()
-        if ordinal >= sts.partition and pod.revision != sts.current_revision
+        for ordinal in range(sts.partition, replicas)
+        if ordinal >= sts.replicas  # this round's scale-up adds it
+        or (pod := pods.get(ordinal)) is None
+        or pod.revision != sts.current_revision
     ]
-    blockers += range(max(sts.partition, sts.replicas), replicas)
     return min(blockers, default=replicas)
 
 
