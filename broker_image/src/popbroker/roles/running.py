@@ -105,7 +105,7 @@ class RoleMetrics:
         return self.revive
 
     def for_store(self, store: LocalStore) -> None:
-        observe_flushes(store, self.registry)
+        observe_flushes(store.flusher, self.registry)
 
     async def start(self) -> None:
         refreshers = [m.refresh for m in (self.popack, self.revive) if m is not None]

@@ -76,7 +76,7 @@ def _companions(admin: Companion, token: str | None, metrics: Companion) -> Comp
         stops: list[Callable[[], Awaitable[None]]] = []
         if metrics.listen:
             registry = CollectorRegistry()
-            observe_flushes(store, registry)
+            observe_flushes(store.flusher, registry)
             metrics_server = await exposition.serve_metrics(metrics.listen, registry)
             running.write_port(metrics.port_file, metrics_server.port)
             stops.append(metrics_server.stop)
