@@ -28,9 +28,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from popbroker.admin import inspecting, revivelog
+from popbroker.admin import revivelog
 from popbroker.admin.errors import InvalidArgument, NotFound, OutOfRange
-from popbroker.admin.popstate import PopStateProvider
+from popbroker.inspect import inspecting
+from popbroker.inspect.popstate import PopStateProvider
 from popbroker.pop import records
 from popbroker.pop.checkpoints import Checkpoint, QueueKey
 from popbroker.store import names

@@ -15,8 +15,8 @@
 * **Health**: SERVING for ``""`` and ``popfleet.admin.v1.BrokerAdmin`` once
   started; ``set_serving(False)`` (and ``stop``) turn it NOT_SERVING.
 * **Pop state**: ``pop_state`` is the services' live
-  :class:`~popbroker.admin.popstate.PopStateProvider`; without it the server
-  uses :class:`~popbroker.admin.popstate.StorePopState`.
+  :class:`~popbroker.inspect.popstate.PopStateProvider`; without it the server
+  uses :class:`~popbroker.inspect.popstate.StorePopState`.
 """
 
 from __future__ import annotations
@@ -32,9 +32,9 @@ from typing import Any
 import grpc
 
 from popbroker.admin.errors import REASON_METADATA_KEY
-from popbroker.admin.popstate import PopStateProvider, StorePopState
 from popbroker.admin.servicer import AdminServicer
 from popbroker.health import Health
+from popbroker.inspect.popstate import PopStateProvider, StorePopState
 from popbroker.store.api import StoreApi
 from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
 

@@ -26,9 +26,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from popbroker.admin import server as admin_server
-from popbroker.admin.popstate import StorePopState
 from popbroker.grpc.edge import EdgeOptions
 from popbroker.grpc.server import PopackEndpoint
+from popbroker.inspect.popstate import StorePopState
 from popbroker.pop.checkpointbuffer import BufferStats
 from popbroker.pop.checkpoints import QueueKey
 from popbroker.pop.reviving import LedgerStats
