@@ -54,11 +54,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
+from popbroker.roles import store as store_role
 from popbroker.store import api
 from popbroker.store import format as fmt
 from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
-from popbroker.store.wire import convert, serve_main
+from popbroker.store.wire import convert
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire.client import RemoteStore
 
@@ -357,7 +358,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             _start(
                 [
                     "-m",
-                    "popbroker.store.wire.serve_main",
+                    "popbroker.roles.store",
                     "--data-dir",
                     str(root / "data-grpc"),
                     "--socket",
@@ -365,7 +366,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                     "--listen",
                     f"127.0.0.1:{port}",
                     "--settings-json",
-                    serve_main.settings_to_json(_settings()),
+                    store_role.settings_to_json(_settings()),
                     "--log-level",
                     "WARNING",
                 ]

@@ -21,9 +21,10 @@ from popbroker.store.api import (
     GroupConfig,
     TopicConfig,
 )
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
 from popfleet_api.admin.v1 import admin_pb2_grpc
 from popfleet_api.client import BrokerAdmin
+from tests.storesettings import small_settings
 
 CLUSTER = "test-cluster"
 BROKER = "broker-a"

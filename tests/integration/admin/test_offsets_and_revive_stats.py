@@ -103,7 +103,7 @@ async def test_revive_stats_from_the_store(admin: BrokerAdmin, broker: Broker) -
 
 
 async def test_store_pop_state_reads_the_newest_records_within_its_budget(broker: Broker) -> None:
-    from popbroker.admin.popstate import StorePopState  # noqa: PLC0415
+    from popbroker.inspect.popstate import StorePopState  # noqa: PLC0415
     from popbroker.pop.checkpoints import QueueKey  # noqa: PLC0415
 
     now = broker.clock.now_ms

@@ -29,9 +29,11 @@ STOP_TIMEOUT_S = 15.0
 
 ROLE_MODULES = (  # what `popbroker store|popack|revive|all` and the demo import
     "popbroker.cli",
-    "popbroker.admin.storerole",
-    "popbroker.grpc.rolemain",
-    "popbroker.demo",
+    "popbroker.roles.store",
+    "popbroker.roles.popack",
+    "popbroker.roles.revive",
+    "popbroker.roles.all",
+    "popbroker.roles.demo",
 )
 OTHER_IMAGES = (  # the operator image (read-only root, WORKDIR /tmp) and the audit jobs
     "popfleet_operator.__main__",

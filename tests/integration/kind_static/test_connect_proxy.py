@@ -29,11 +29,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from rocketmq.v5.util.misc import Misc
 
 from popbroker.admin.server import AdminServer, serve_admin
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
 from popfleet_api.client import BrokerAdmin
 from tests.integration.broker import officialclient as oc
 from tests.integration.broker.harness import BrokerProcess
 from tests.integration.kind_static.conftest import KIND, load
+from tests.storesettings import small_settings
 
 Misc._Misc__LOCAL_IP = "127.0.0.1"  # the client's outbound-address probe, pre-seeded
 

@@ -29,10 +29,11 @@ import random
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from popbroker.store.api import PROPERTY_TAGS, FlushMode, MessageToAppend, TopicConfig
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
 
 TOPIC = "orders"
@@ -60,9 +61,11 @@ def writer_settings(*, segment_bytes: int, **overrides: object) -> StoreSettings
         "cq_entries_per_file": 16,
         "max_body_bytes": 16 * 1024,
         "max_properties_bytes": 4 * 1024,
+        "flush_interval_ms": 20,
+        "offsets_persist_interval_ms": 50,
     }
     values.update(overrides)
-    return small_settings(**values)
+    return replace(StoreSettings(), **values)  # type: ignore[arg-type]
 
 
 def message(seed: int, queue_id: int, queue_offset: int) -> MessageToAppend:

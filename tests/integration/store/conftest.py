@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from popbroker.store.api import FlushMode, StoreApi, TopicConfig
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
 from tests.integration.store.remote_fixture import store_process_factory
+from tests.storesettings import small_settings
 
 IMPLEMENTATIONS = ["local", "remote"]
 

@@ -5,7 +5,7 @@ it, damages bytes on disk with the helpers below, reopens and compares what it
 reads with what it wrote, byte for byte (``assert_reads_exactly``). Nothing here
 reaches into the store's objects; the only format knowledge is the documented byte
 layout of ``popbroker.store.format`` (field positions inside a record) and of
-``popbroker.store.checkpoints`` (written through its own ``write``).
+``popbroker.store.flushmark`` (written through its own ``write``).
 
 Bodies are a pure function of ``(seed, queue_id, queue_offset)`` (``body_for``), so
 a crash test can check every record it finds after a restart, acknowledged or not:
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import pytest
 
-from popbroker.store import checkpoints
+from popbroker.store import flushmark
 from popbroker.store.api import (
     AppendResult,
     FlushMode,
@@ -261,9 +261,9 @@ def append_to_file(path: Path, data: bytes) -> None:
 
 def set_flush_checkpoint(data_dir: Path, physical_offset: int) -> None:
     """Rewind the checkpoint, as if the process died after persisting it at that point."""
-    checkpoints.write(
+    flushmark.write(
         data_dir / "checkpoint",
-        checkpoints.Checkpoint(
+        flushmark.FlushMark(
             flushed_physical_offset=physical_offset, dispatched_physical_offset=physical_offset
         ),
     )

@@ -11,7 +11,7 @@
             finally:
                 await remote.close()
 
-``spawn_store(data_dir, settings=...)`` starts ``python -m popbroker.store.wire.serve_main``
+``spawn_store(data_dir, settings=...)`` starts ``python -m popbroker.roles.store``
 on a Unix socket with exactly those ``StoreSettings``, waits until it answers
 ``Info`` (bounded by ``ready_timeout_s``; if the process exits first, fails at
 once with its log) and returns a ``StoreProcess``. Connect from inside the
@@ -43,8 +43,8 @@ from typing import Protocol
 import grpc
 import pytest
 
+from popbroker.roles import store as store_role
 from popbroker.store.settings import StoreSettings
-from popbroker.store.wire import serve_main
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire import store_pb2_grpc as pb_grpc
 from popbroker.store.wire.client import RemoteStore
@@ -55,7 +55,7 @@ STOP_TIMEOUT_S = 10.0
 
 @dataclass
 class StoreProcess:
-    """One ``serve_main`` subprocess and where it serves."""
+    """One ``popbroker.roles.store`` subprocess and where it serves."""
 
     data_dir: Path
     socket_path: Path
@@ -78,7 +78,7 @@ class StoreProcess:
         argv = [
             sys.executable,
             "-m",
-            "popbroker.store.wire.serve_main",
+            "popbroker.roles.store",
             "--data-dir",
             str(self.data_dir),
             "--socket",
@@ -155,7 +155,7 @@ def settings_args(settings: StoreSettings | None) -> tuple[str, ...]:
     """Arguments that make the store process use exactly ``settings``."""
     if settings is None:
         return ()
-    return ("--settings-json", serve_main.settings_to_json(settings))
+    return ("--settings-json", store_role.settings_to_json(settings))
 
 
 def spawn_store(

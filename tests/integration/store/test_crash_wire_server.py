@@ -1,6 +1,6 @@
 """Crash: kill -9 of the store *server* process while clients append over the wire.
 
-The store runs as ``python -m popbroker.store.wire.serve_main`` in ``SYNC`` mode;
+The store runs as ``python -m popbroker.roles.store`` in ``SYNC`` mode;
 this test is the client (``RemoteStore`` over a Unix socket) with one appender per
 queue. After a seeded random number of acknowledged appends the server is
 SIGKILLed mid-stream; in-flight calls fail on the client. The directory is then

@@ -15,8 +15,9 @@ import pytest
 
 from popbroker.store.api import FlushMode, MessageToAppend, ReadStatus, TopicConfig
 from popbroker.store.errors import StoreError
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
 from popbroker.store.segments import SegmentedFile
+from tests.storesettings import small_settings
 
 
 async def test_sync_append_fails_and_the_store_refuses_writes_after_an_fsync_error(

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from popbroker.store.api import PROPERTY_TAGS, MessageToAppend, ReadStatus, TopicConfig
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
+from tests.storesettings import small_settings
 
 TAGS = ["", "A", "B", "C"]
 appends = st.lists(st.tuples(st.integers(0, 2), st.sampled_from(TAGS)), min_size=1, max_size=120)

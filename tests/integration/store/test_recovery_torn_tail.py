@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from popbroker.store import checkpoints
+from popbroker.store import flushmark
 from popbroker.store import format as fmt
 from popbroker.store.api import FlushMode
 from popbroker.store.local import LocalStore
@@ -143,7 +143,7 @@ def test_after_cutting_a_torn_tail_the_store_never_counts_cut_bytes_as_flushed(
     try:
         assert store.commitlog.end == last.physical_offset
         assert store.flusher.flushed_position == store.commitlog.end
-        mark = checkpoints.read(tmp_path / "checkpoint")
+        mark = flushmark.read(tmp_path / "checkpoint")
         assert mark.flushed_physical_offset == store.commitlog.end
     finally:
         store.close_sync()
@@ -159,5 +159,5 @@ def test_after_cutting_a_torn_tail_the_store_never_counts_cut_bytes_as_flushed(
         assert len(store.flusher.flush_latencies_ms) > fsyncs, "acknowledged without fsync"
     finally:
         store.close_sync()
-    mark = checkpoints.read(tmp_path / "checkpoint")
+    mark = flushmark.read(tmp_path / "checkpoint")
     assert mark.flushed_physical_offset == result.physical_offset + result.size

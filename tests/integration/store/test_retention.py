@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from popbroker.store.api import MessageToAppend, ReadStatus, TopicConfig
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
+from tests.storesettings import small_settings
 
 HOUR_MS = 3_600_000
 
@@ -22,10 +23,10 @@ class Clock:
         return self.now_ms
 
 
-def _fill(store: LocalStore, count: int) -> None:
+async def _fill(store: LocalStore, count: int) -> None:
     body = b"r" * 4000
     for i in range(count):
-        store.append_nowait([MessageToAppend("t", 0, body + str(i).encode())])
+        await store.append([MessageToAppend("t", 0, body + str(i).encode())])
 
 
 @pytest.fixture
@@ -47,7 +48,7 @@ async def test_size_limit_deletes_head_segments_and_moves_queue_minimum(
 ) -> None:
     store = aged_store(retention_max_bytes=200 * 1024)
     await store.put_topic(TopicConfig("t", 1, 1))
-    _fill(store, 100)  # ~400 KiB over 64 KiB segments
+    await _fill(store, 100)  # ~400 KiB over 64 KiB segments
     deleted = store.run_retention()
     assert deleted, "expected head segments to be deleted"
     assert deleted == sorted(deleted) and deleted[0] == 0
@@ -66,10 +67,10 @@ async def test_retention_logs_each_group_whose_unconsumed_messages_it_deletes(
 ) -> None:
     store = aged_store(retention_max_bytes=200 * 1024)
     await store.put_topic(TopicConfig("t", 1, 1))
-    _fill(store, 100)
+    await _fill(store, 100)
     await store.commit_offset("slow-group", "t", 0, 3)
     await store.commit_offset("fast-group", "t", 0, 100)
-    with caplog.at_level(logging.WARNING, logger="popbroker.store.flushing"):
+    with caplog.at_level(logging.WARNING, logger="popbroker.store.local"):
         store.run_retention()
     lines = [r.getMessage() for r in caplog.records]
     assert any("slow-group" in line and "not consumed" in line for line in lines), lines
@@ -80,7 +81,7 @@ async def test_retention_logs_each_group_whose_unconsumed_messages_it_deletes(
 async def test_age_limit_keeps_young_segments(aged_store: Callable[..., LocalStore]) -> None:
     store = aged_store(retention_hours=1.0)
     await store.put_topic(TopicConfig("t", 1, 1))
-    _fill(store, 40)
+    await _fill(store, 40)
     # segment mtimes are "now" on the real clock, far younger than the injected clock's 10**12 ms;
     # with the injected clock moved back to the files' age, nothing is expired yet
     assert isinstance(store.clock, Clock)
@@ -94,7 +95,7 @@ async def test_age_limit_keeps_young_segments(aged_store: Callable[..., LocalSto
 async def test_retention_survives_reopen(aged_store: Callable[..., LocalStore]) -> None:
     store = aged_store(retention_max_bytes=200 * 1024)
     await store.put_topic(TopicConfig("t", 1, 1))
-    _fill(store, 100)
+    await _fill(store, 100)
     store.run_retention()
     before = await store.bounds("t", 0)
     await store.close()

@@ -7,8 +7,9 @@ import sys
 from pathlib import Path
 
 from popbroker.store.api import PROPERTY_TAGS, FlushMode, MessageToAppend, TopicConfig
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
 from tests.integration.store.remote_fixture import short_socket_dir, spawn_store
+from tests.storesettings import small_settings
 
 POPBROKER = [sys.executable, "-m", "popbroker.cli"]
 

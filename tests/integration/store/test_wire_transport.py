@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from popbroker.store import api, errors
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
 from popbroker.store.wire import server
 from popbroker.store.wire.client import RemoteStore
@@ -20,6 +20,7 @@ from tests.integration.store.remote_fixture import (
     short_socket_dir,
     store_process_factory,
 )
+from tests.storesettings import small_settings
 
 TOPIC = api.TopicConfig("orders", 4, 4)
 

@@ -1,14 +1,18 @@
-"""The /metrics endpoint's own behaviour, and the flush histogram fed by the store's list."""
+"""The /metrics endpoint's own behaviour, and the flush histogram fed by the store's flusher."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from popbroker.metrics import exposition
-from popbroker.metrics.store import ObservingList, flush_histogram
+from popbroker.metrics.store import observe_flushes
+from popbroker.store.api import FlushMode, MessageToAppend, TopicConfig
+from popbroker.store.local import LocalStore
+from tests.storesettings import small_settings
 
 
 async def _get(port: int, path: str) -> tuple[str, str]:
@@ -54,14 +58,26 @@ def test_bad_listen_values_are_refused(listen: str) -> None:
         exposition.split_host_port(listen)
 
 
-def test_the_observing_list_is_still_the_stores_bounded_list() -> None:
-    registry = CollectorRegistry()
-    histogram = flush_histogram(registry)
-    latencies = ObservingList(histogram, [5.0])
-    latencies.append(2.0)
-    latencies.append(30.0)
-    del latencies[:1]
-    assert latencies == [2.0, 30.0]
-    assert registry.get_sample_value("popfleet_store_flush_seconds_count") == 2
-    assert registry.get_sample_value("popfleet_store_flush_seconds_bucket", {"le": "0.0025"}) == 1
-    assert registry.get_sample_value("popfleet_store_flush_seconds_sum") == pytest.approx(0.032)
+async def test_every_flush_is_observed_and_still_counted_in_the_flushers_list(
+    tmp_path: Path,
+) -> None:
+    store = LocalStore.open(tmp_path, small_settings(flush_mode=FlushMode.SYNC))
+    try:
+        registry = CollectorRegistry()
+        before = len(store.flusher.flush_latencies_ms)
+        observe_flushes(store.flusher, registry)
+        await store.put_topic(TopicConfig("t", read_queue_nums=1, write_queue_nums=1))
+        await store.append([MessageToAppend("t", 0, b"one", {})])
+        await store.append([MessageToAppend("t", 0, b"two", {})])
+        latencies = store.flusher.flush_latencies_ms[before:]
+        assert len(latencies) >= 2  # SYNC: each append waited for an fsync
+        count = registry.get_sample_value("popfleet_store_flush_seconds_count")
+        assert count == len(latencies)
+        assert registry.get_sample_value("popfleet_store_flush_seconds_bucket", {"le": "+Inf"}) == (
+            count
+        )
+        assert registry.get_sample_value("popfleet_store_flush_seconds_sum") == pytest.approx(
+            sum(latencies) / 1000
+        )
+    finally:
+        await store.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from popbroker.grpc import rolemain
+from popbroker.roles import popack, revive
 from popfleet_operator.builders import statefulsets
 from popfleet_operator.model import names, specs
 
@@ -93,10 +93,11 @@ def test_the_broker_cli_accepts_the_popack_and_revive_flags(owner: specs.ObjectR
     by_name = containers(pod(owner, SECURED))
     for role in ("popack", "revive"):
         role_name, *argv = by_name[role]["args"]
-        args = rolemain._parser(role_name).parse_args(argv)  # exits on an unknown flag
+        parser = {"popack": popack.parser, "revive": revive.parser}[role_name]()
+        args = parser.parse_args(argv)  # exits on an unknown flag
         assert args.metrics_listen == f"$(POD_IP):{names.METRICS_PORTS[role]}"
-    popack_args = rolemain._parser("popack").parse_args(by_name["popack"]["args"][1:])
-    settings = rolemain.popack_settings(popack_args)
+    popack_args = popack.parser().parse_args(by_name["popack"]["args"][1:])
+    settings = popack.popack_settings(popack_args)
     assert settings.buffer.ck_stay_ms == 2500
     assert settings.buffer.max_buffered_cks == 1000
     assert settings.buffer.max_tracked_cks >= settings.buffer.max_buffered_cks

@@ -27,7 +27,8 @@ from popbroker.services.routing import Endpoint
 from popbroker.services.settings import PopackSettings, ReviveRoleSettings
 from popbroker.store import names
 from popbroker.store.api import GroupConfig, MessageType, TopicConfig
-from popbroker.store.local import LocalStore, small_settings
+from popbroker.store.local import LocalStore
+from tests.storesettings import small_settings
 
 T0_MS = 1_700_000_000_000
 TOPIC = "orders"

@@ -6,16 +6,14 @@ from the RocketMQ client port, for the operator, the audit jobs and people
 
   * :mod:`~popbroker.admin.errors` -- refusals and the one table from store
     errors to gRPC status codes;
-  * :mod:`~popbroker.admin.convert` -- admin protos <-> store values, with the
-    input validation of every request (pure);
-  * :mod:`~popbroker.admin.popstate` -- ``PopStateProvider``, the live POP state
-    the popack/revive services report, and ``StorePopState``, what the store
-    alone can tell;
-  * :mod:`~popbroker.admin.inspecting` -- offsets and revive statistics;
+  * :mod:`~popbroker.admin.convert` -- admin protos <-> store values and the read
+    models of :mod:`popbroker.inspect`, with the input validation of every
+    request (pure);
   * :mod:`~popbroker.admin.scanning` -- paged revive-log and offset-table scans;
   * :mod:`~popbroker.admin.servicer` -- the RPCs;
   * :mod:`~popbroker.admin.server` -- ``serve_admin``: token check, health, port.
 
-It imports the store, the pure POP core and the generated stubs of
+It imports the store, the pure POP core, the read models (:mod:`popbroker.inspect`:
+offsets, revive statistics, the POP state) and the generated stubs of
 ``popfleet_api``; never the services or the client endpoint.
 """

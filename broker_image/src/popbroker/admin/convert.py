@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
 from popbroker.admin.errors import FailedPrecondition, InvalidArgument
+from popbroker.inspect import inspecting
 from popbroker.store import api, names
 from popbroker.store import errors as store_errors
 from popbroker.store.metadata import MAX_QUEUES
@@ -307,3 +308,75 @@ def check_endpoint(endpoint: str, *, field: str) -> str:
 
 def member_to_pb(member: api.ClusterMember) -> pb.Member:
     return pb.Member(broker_name=member.broker_name, endpoint=member.endpoint)
+
+
+# ---------------------------------------------------------------- read models (popbroker.inspect)
+
+
+def group_offsets_to_pb(offsets: inspecting.GroupOffsets) -> pb.GetOffsetsResponse:
+    response = pb.GetOffsetsResponse(group=offsets.group, now_ms=offsets.now_ms)
+    for queue in offsets.queues:
+        row = pb.QueueOffsets(
+            topic=queue.topic,
+            queue_id=queue.queue_id,
+            min_queue_offset=queue.min_queue_offset,
+            max_queue_offset=queue.max_queue_offset,
+        )
+        if queue.retry_of is not None:
+            row.retry_of = queue.retry_of
+        if queue.committed_queue_offset is not None:
+            row.committed_queue_offset = queue.committed_queue_offset
+        if queue.in_flight_messages is not None:
+            row.in_flight_messages = queue.in_flight_messages
+        if queue.oldest_unconsumed_store_time_ms is not None:
+            row.oldest_unconsumed_store_time_ms = queue.oldest_unconsumed_store_time_ms
+        response.queues.append(row)
+    return response
+
+
+def revive_stats_to_pb(stats: inspecting.ReviveStats) -> pb.GetReviveStatsResponse:
+    response = pb.GetReviveStatsResponse(revive_topic=stats.revive_topic, now_ms=stats.now_ms)
+    for queue in stats.queues:
+        out = pb.ReviveQueueStats(
+            revive_queue_id=queue.revive_queue_id,
+            min_queue_offset=queue.min_queue_offset,
+            max_queue_offset=queue.max_queue_offset,
+            lag_messages=queue.lag_messages,
+        )
+        if queue.revive_queue_offset is not None:
+            out.revive_queue_offset = queue.revive_queue_offset
+        if queue.lag_ms is not None:
+            out.lag_ms = queue.lag_ms
+        ledger = queue.ledger
+        if ledger is not None:
+            out.ledger.CopyFrom(
+                pb.ReviveLedgerStats(
+                    pending_checkpoints=ledger.pending,
+                    reviving=ledger.in_flight,
+                    resolved=ledger.resolved,
+                    orphan_acks=ledger.orphan_acks,
+                    duplicate_acks=ledger.duplicate_acks,
+                    bogus_ack_offsets=ledger.bogus_ack_offsets,
+                    duplicate_checkpoints=ledger.duplicate_cks,
+                    other_records=ledger.other_records,
+                )
+            )
+        response.queues.append(out)
+    for group in stats.groups:
+        response.groups.append(
+            pb.GroupRetryStats(
+                group=group.group,
+                retry_messages=group.retry_messages,
+                dlq_messages=group.dlq_messages,
+            )
+        )
+    buffer = stats.checkpoint_buffer
+    if buffer is not None:
+        response.checkpoint_buffer.CopyFrom(
+            pb.CheckpointBufferStats(
+                in_memory=buffer.in_memory,
+                writing=buffer.writing,
+                commit_entries=buffer.commit_entries,
+            )
+        )
+    return response

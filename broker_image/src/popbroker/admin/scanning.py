@@ -28,9 +28,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 
-from popbroker.admin import inspecting
 from popbroker.admin.errors import InvalidArgument, NotFound, OutOfRange
-from popbroker.admin.popstate import PopStateProvider
+from popbroker.inspect import inspecting
+from popbroker.inspect.popstate import PopStateProvider
 from popbroker.pop import records, revivelog
 from popbroker.pop.checkpoints import Checkpoint, QueueKey
 from popbroker.store import names

@@ -15,8 +15,8 @@
 * **Health**: SERVING for ``""`` and ``popfleet.admin.v1.BrokerAdmin`` once
   started; ``set_serving(False)`` (and ``stop``) turn it NOT_SERVING.
 * **Pop state**: ``pop_state`` is the services' live
-  :class:`~popbroker.admin.popstate.PopStateProvider`; without it the server
-  uses :class:`~popbroker.admin.popstate.StorePopState`.
+  :class:`~popbroker.inspect.popstate.PopStateProvider`; without it the server
+  uses :class:`~popbroker.inspect.popstate.StorePopState`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import grpc
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from popbroker.admin.errors import REASON_METADATA_KEY
-from popbroker.admin.popstate import PopStateProvider, StorePopState
 from popbroker.admin.servicer import AdminServicer
+from popbroker.health import Health
+from popbroker.inspect.popstate import PopStateProvider, StorePopState
 from popbroker.store.api import StoreApi
 from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
 
@@ -120,21 +120,13 @@ def _refusing(handler: Any, reason: str, message: str) -> Any:
 class AdminServer:
     """A started admin server: its port, its health, and ``stop``."""
 
-    def __init__(
-        self, server: grpc.aio.Server, port: int, health_servicer: health.aio.HealthServicer
-    ) -> None:
+    def __init__(self, server: grpc.aio.Server, port: int, health: Health) -> None:
         self.server = server
         self.port = port
-        self._health = health_servicer
+        self._health = health
 
     async def set_serving(self, serving: bool) -> None:
-        status = (
-            health_pb2.HealthCheckResponse.SERVING
-            if serving
-            else health_pb2.HealthCheckResponse.NOT_SERVING
-        )
-        for service in ("", SERVICE_NAME):
-            await self._health.set(service, status)
+        await self._health.set_serving(serving)
 
     async def stop(self, grace_s: float | None = 2.0) -> None:
         await self.set_serving(False)
@@ -167,8 +159,8 @@ async def serve_admin(
         ready=ready,
     )
     pb_grpc.add_BrokerAdminServicer_to_server(servicer, server)
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    health = Health(SERVICE_NAME)
+    health.add_to(server)
     try:
         port = server.add_insecure_port(listen)
         if port == 0:
@@ -177,7 +169,7 @@ async def serve_admin(
     except BaseException:
         await server.stop(None)
         raise
-    admin = AdminServer(server, port, health_servicer)
+    admin = AdminServer(server, port, health)
     await admin.set_serving(True)
     log.info("admin API: serving on %s (port %d, token %s)", listen, port, "on" if token else "off")
     return admin

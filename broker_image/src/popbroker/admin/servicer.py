@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import grpc
 
 from popbroker import __version__
-from popbroker.admin import convert, inspecting, scanning
+from popbroker.admin import convert, scanning
 from popbroker.admin.errors import (
     REASON_METADATA_KEY,
     AdminRefusal,
@@ -38,7 +38,8 @@ from popbroker.admin.errors import (
     NotFound,
     status_of_store_error,
 )
-from popbroker.admin.popstate import PopStateProvider
+from popbroker.inspect import inspecting
+from popbroker.inspect.popstate import PopStateProvider
 from popbroker.store import names
 from popbroker.store.api import ConsumeModeConfig, StoreApi
 from popbroker.store.errors import StoreError
@@ -299,22 +300,24 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
     async def GetOffsets(
         self, request: pb.GetOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetOffsetsResponse:
-        return await inspecting.group_offsets(
+        offsets = await inspecting.group_offsets(
             self._store,
             self._pop_state,
-            group=request.group,
+            group=convert.check_name(request.group, kind="group"),
             topics=list(request.topics),
             now_ms=self._clock(),
         )
+        return convert.group_offsets_to_pb(offsets)
 
     @_answering
     async def GetReviveStats(
         self, request: pb.GetReviveStatsRequest, context: grpc.aio.ServicerContext
     ) -> pb.GetReviveStatsResponse:
         info = await self._store.info()
-        return await inspecting.revive_stats(
+        stats = await inspecting.revive_stats(
             self._store, self._pop_state, cluster=info.cluster, now_ms=self._clock()
         )
+        return convert.revive_stats_to_pb(stats)
 
     # ------------------------------------------------------------------ scans
 

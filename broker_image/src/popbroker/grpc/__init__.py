@@ -11,5 +11,6 @@ Modules: :mod:`~popbroker.grpc.protocol` (the imports, typed loosely),
 :mod:`~popbroker.grpc.statuses` (the one error → ``Code`` table),
 :mod:`~popbroker.grpc.convert` (wire ↔ service values),
 :mod:`~popbroker.grpc.servicer` (the RPCs), :mod:`~popbroker.grpc.server`
-(serving and the role's lifecycle).
+(serving the endpoint), :mod:`~popbroker.grpc.edge` (auth, TLS, call counting
+around it). The roles that serve it are composed in :mod:`popbroker.roles`.
 """

@@ -5,7 +5,8 @@ Conventions for every RPC (fact sheet §0, §6):
   * Failures go in the response's ``status`` with gRPC status OK; the code
     comes from :mod:`popbroker.grpc.statuses`. An unexpected exception is
     logged and answered ``INTERNAL_SERVER_ERROR``: bad input never crashes the
-    role. Cancellation is not caught.
+    role. Cancellation is not caught. One helper, ``_answered``, applies this
+    rule to every call into the services.
   * Clients are keyed by the ``x-mq-client-id`` header.
   * ``resource_namespace`` is echoed back and otherwise ignored.
 
@@ -33,9 +34,11 @@ Per RPC:
 # ruff: noqa: N802 -- servicer methods carry the gRPC method names (QueryRoute, ...)
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from popbroker.grpc import convert, statuses
 from popbroker.grpc.protocol import Code, MessagingServiceServicer, definition, service
@@ -48,6 +51,8 @@ from popbroker.services.routing import Endpoint
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
+
+_T = TypeVar("_T")
 
 
 def _client_id(context: Any) -> str | None:
@@ -62,6 +67,22 @@ def _failure(exc: Exception, rpc: str) -> Any:
         log.exception("%s failed unexpectedly", rpc, exc_info=exc)
         return convert.status(Code.INTERNAL_SERVER_ERROR, f"internal error: {type(exc).__name__}")
     return convert.status(statuses.code_of(exc), statuses.reason_of(exc))
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    """A call that failed, as the v2 status the RPC answers with."""
+
+    status: Any
+
+
+async def _answered(rpc: str, call: Callable[[], Awaitable[_T]]) -> _T | _Failed:
+    """Run ``call``; every failure becomes its v2 status (the edge rule: domain errors by
+    the table in :mod:`popbroker.grpc.statuses`, anything else logged and INTERNAL)."""
+    try:
+        return await call()
+    except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+        return _Failed(_failure(exc, rpc))
 
 
 def _common_status(entry_statuses: list[Any]) -> Any:
@@ -83,10 +104,11 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
     # -- routes and clients ------------------------------------------------------------------
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:
-        try:
-            route = await self._services.router.route(request.topic.name)
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            return service.QueryRouteResponse(status=_failure(exc, "QueryRoute"))
+        route = await _answered(
+            "QueryRoute", lambda: self._services.router.route(request.topic.name)
+        )
+        if isinstance(route, _Failed):
+            return service.QueryRouteResponse(status=route.status)
         namespace = request.topic.resource_namespace
         return service.QueryRouteResponse(
             status=convert.ok(),
@@ -94,18 +116,20 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         )
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:
-        try:
+        async def assignment() -> Any:
             client_id = _client_id(context)
             if client_id is None:
                 raise errors.ClientIdRequired("x-mq-client-id header is required")
-            assigned = await self._services.router.assignment(
+            return await self._services.router.assignment(
                 topic_name=request.topic.name,
                 group=request.group.name,
                 client_id=client_id,
                 clients=self._services.clients,
             )
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            return service.QueryAssignmentResponse(status=_failure(exc, "QueryAssignment"))
+
+        assigned = await _answered("QueryAssignment", assignment)
+        if isinstance(assigned, _Failed):
+            return service.QueryAssignmentResponse(status=assigned.status)
         namespace = request.topic.resource_namespace
         return service.QueryAssignmentResponse(
             status=convert.ok(),
@@ -124,7 +148,8 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
 
     async def _settings_reply(self, client_id: str | None, settings: Any) -> Any:
         services = self._services
-        try:
+
+        async def reply() -> Any:
             group_name: str | None = None
             topics: tuple[str, ...]
             if settings.WhichOneof("pub_sub") == "subscription":
@@ -142,10 +167,12 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
             group = None
             if group_name is not None:
                 group = await services.config.group_or_none(group_name)
-            reply = convert.settings_reply(settings, group=group, settings=services.settings)
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            return service.TelemetryCommand(status=_failure(exc, "Telemetry"))
-        return service.TelemetryCommand(status=convert.ok(), settings=reply)
+            return convert.settings_reply(settings, group=group, settings=services.settings)
+
+        answer = await _answered("Telemetry", reply)
+        if isinstance(answer, _Failed):
+            return service.TelemetryCommand(status=answer.status)
+        return service.TelemetryCommand(status=convert.ok(), settings=answer)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:
         client_id = _client_id(context)
@@ -219,33 +246,35 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         client_id = _client_id(context)
         client = services.clients.get(client_id) if client_id is not None else None
         honour_queue_id = client is not None and client.kind is ClientKind.PUSH_CONSUMER
-        try:
-            receive = convert.receive_request(
+
+        async def receive() -> Any:
+            wanted = convert.receive_request(
                 request,
                 deadline_remaining_ms=None if remaining_s is None else int(remaining_s * 1000),
                 honour_queue_id=honour_queue_id,
             )
             if honour_queue_id and client_id is not None:  # pops only what it still holds
-                receive = services.router.guarded(
-                    receive, client_id=client_id, clients=services.clients
+                wanted = services.router.guarded(
+                    wanted, client_id=client_id, clients=services.clients
                 )
-            delivered = await services.receiver.receive(receive)
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            yield service.ReceiveMessageResponse(status=_failure(exc, "ReceiveMessage"))
-        else:
-            if delivered:
-                yield service.ReceiveMessageResponse(status=convert.ok())
-                namespace = request.group.resource_namespace
-                for message in delivered:
-                    yield service.ReceiveMessageResponse(
-                        message=convert.delivered_message(
-                            message, namespace=namespace, store_host=self._store_host
-                        )
-                    )
-            else:
+            return await services.receiver.receive(wanted)
+
+        delivered = await _answered("ReceiveMessage", receive)
+        if isinstance(delivered, _Failed):
+            yield service.ReceiveMessageResponse(status=delivered.status)
+        elif delivered:
+            yield service.ReceiveMessageResponse(status=convert.ok())
+            namespace = request.group.resource_namespace
+            for message in delivered:
                 yield service.ReceiveMessageResponse(
-                    status=convert.status(Code.MESSAGE_NOT_FOUND, "no new message")
+                    message=convert.delivered_message(
+                        message, namespace=namespace, store_host=self._store_host
+                    )
                 )
+        else:
+            yield service.ReceiveMessageResponse(
+                status=convert.status(Code.MESSAGE_NOT_FOUND, "no new message")
+            )
         now = service.ReceiveMessageResponse()
         convert.set_timestamp_ms(now.delivery_timestamp, services.clock())
         yield now
@@ -254,20 +283,20 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         acker = self._services.acker
         entries = []
         for entry in request.entries:
-            try:
-                await acker.ack(
+            acked = await _answered(
+                "AckMessage",
+                functools.partial(
+                    acker.ack,
                     group=request.group.name,
                     topic=request.topic.name,
                     receipt_handle=entry.receipt_handle,
-                )
-                entry_status = convert.ok()
-            except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-                entry_status = _failure(exc, "AckMessage")
+                ),
+            )
             entries.append(
                 service.AckMessageResultEntry(
                     message_id=entry.message_id,
                     receipt_handle=entry.receipt_handle,
-                    status=entry_status,
+                    status=acked.status if isinstance(acked, _Failed) else convert.ok(),
                 )
             )
         return service.AckMessageResponse(
@@ -275,17 +304,18 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         )
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
-        try:
-            handle = await self._services.acker.change_invisible(
+        handle = await _answered(
+            "ChangeInvisibleDuration",
+            lambda: self._services.acker.change_invisible(
                 group=request.group.name,
                 topic=request.topic.name,
                 receipt_handle=request.receipt_handle,
                 invisible_ms=convert.duration_ms(request.invisible_duration),
-            )
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            ),
+        )
+        if isinstance(handle, _Failed):
             return service.ChangeInvisibleDurationResponse(
-                status=_failure(exc, "ChangeInvisibleDuration"),
-                receipt_handle=request.receipt_handle,
+                status=handle.status, receipt_handle=request.receipt_handle
             )
         return service.ChangeInvisibleDurationResponse(status=convert.ok(), receipt_handle=handle)
 
@@ -293,15 +323,17 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:
         remaining_s = context.time_remaining()
-        try:
-            result = await self._services.puller.pull(
+        result = await _answered(
+            "PullMessage",
+            lambda: self._services.puller.pull(
                 convert.pull_request(
                     request,
                     deadline_remaining_ms=None if remaining_s is None else int(remaining_s * 1000),
                 )
-            )
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            yield service.PullMessageResponse(status=_failure(exc, "PullMessage"))
+            ),
+        )
+        if isinstance(result, _Failed):
+            yield service.PullMessageResponse(status=result.status)
             return
         if result.messages:
             yield service.PullMessageResponse(status=convert.ok())
@@ -323,28 +355,33 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
 
     async def GetOffset(self, request: Any, context: Any) -> Any:
         queue = request.message_queue
-        try:
-            offset = await self._services.puller.get_offset(
+        offset = await _answered(
+            "GetOffset",
+            lambda: self._services.puller.get_offset(
                 request.group.name, queue.topic.name, queue.id
-            )
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            return service.GetOffsetResponse(status=_failure(exc, "GetOffset"))
+            ),
+        )
+        if isinstance(offset, _Failed):
+            return service.GetOffsetResponse(status=offset.status)
         return service.GetOffsetResponse(status=convert.ok(), offset=offset)
 
     async def UpdateOffset(self, request: Any, context: Any) -> Any:
         queue = request.message_queue
-        try:
-            await self._services.puller.update_offset(
+        updated = await _answered(
+            "UpdateOffset",
+            lambda: self._services.puller.update_offset(
                 request.group.name, queue.topic.name, queue.id, request.offset
-            )
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            return service.UpdateOffsetResponse(status=_failure(exc, "UpdateOffset"))
+            ),
+        )
+        if isinstance(updated, _Failed):
+            return service.UpdateOffsetResponse(status=updated.status)
         return service.UpdateOffsetResponse(status=convert.ok())
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:
         queue = request.message_queue
-        try:
-            offset = await self._services.puller.query_offset(
+        offset = await _answered(
+            "QueryOffset",
+            lambda: self._services.puller.query_offset(
                 queue.topic.name,
                 queue.id,
                 policy=convert.offset_policy(request.query_offset_policy),
@@ -353,20 +390,21 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
                     if request.HasField("timestamp")
                     else None
                 ),
-            )
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            return service.QueryOffsetResponse(status=_failure(exc, "QueryOffset"))
+            ),
+        )
+        if isinstance(offset, _Failed):
+            return service.QueryOffsetResponse(status=offset.status)
         return service.QueryOffsetResponse(status=convert.ok(), offset=offset)
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:
-        try:
-            await self._services.acker.forward_to_dlq(
+        forwarded = await _answered(
+            "ForwardMessageToDeadLetterQueue",
+            lambda: self._services.acker.forward_to_dlq(
                 group=request.group.name,
                 topic=request.topic.name,
                 receipt_handle=request.receipt_handle,
-            )
-        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-            return service.ForwardMessageToDeadLetterQueueResponse(
-                status=_failure(exc, "ForwardMessageToDeadLetterQueue")
-            )
+            ),
+        )
+        if isinstance(forwarded, _Failed):
+            return service.ForwardMessageToDeadLetterQueueResponse(status=forwarded.status)
         return service.ForwardMessageToDeadLetterQueueResponse(status=convert.ok())

@@ -16,7 +16,7 @@ Read at scrape time (:meth:`PopackMetrics.refresh`):
     (``in_memory``, ``writing``) and queued offset commits (``commit_entries``).
   * ``popfleet_broker_inflight_messages{group,topic}`` — popped, not acked, not
     yet revived messages, from the durable revive log (the admin API's
-    :class:`~popbroker.admin.popstate.StorePopState`; a lower bound by the
+    :class:`~popbroker.inspect.popstate.StorePopState`; a lower bound by the
     checkpoints still in memory).
 """
 
@@ -26,7 +26,7 @@ from collections import defaultdict
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from popbroker.admin.popstate import StorePopState
+from popbroker.inspect.popstate import StorePopState
 from popbroker.pop.checkpoints import QueueKey
 from popbroker.services.popack import PopackServices
 from popbroker.services.settings import wall_clock_ms

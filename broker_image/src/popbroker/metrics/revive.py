@@ -9,9 +9,9 @@
     group's retry topics; ``popfleet_broker_dlq_messages{group}`` — messages in
     its dead-letter queue.
 
-The numbers are the admin API's ``GetReviveStats``
-(:func:`popbroker.admin.inspecting.revive_stats`), with the live ledgers of the
-revive workers in this process.
+The numbers are those of the admin API's ``GetReviveStats``
+(:func:`popbroker.inspect.inspecting.revive_stats`, the read model both share),
+with the live ledgers of the revive workers in this process.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 
 from prometheus_client import CollectorRegistry, Gauge
 
-from popbroker.admin import inspecting
+from popbroker.inspect import inspecting
 from popbroker.pop.checkpointbuffer import BufferStats
 from popbroker.pop.checkpoints import QueueKey
 from popbroker.pop.reviving import LedgerStats
@@ -91,9 +91,9 @@ class ReviveMetrics:
         for queue in stats.queues:
             label = str(queue.revive_queue_id)
             self.lag_messages.labels(label).set(queue.lag_messages)
-            self.lag_seconds.labels(label).set(queue.lag_ms / 1000)
-            if queue.HasField("ledger"):
-                self.pending.labels(label).set(queue.ledger.pending_checkpoints)
+            self.lag_seconds.labels(label).set((queue.lag_ms or 0) / 1000)
+            if queue.ledger is not None:
+                self.pending.labels(label).set(queue.ledger.pending)
         for group in stats.groups:
             self.retry.labels(group.group).set(group.retry_messages)
             self.dlq.labels(group.group).set(group.dlq_messages)

@@ -27,7 +27,7 @@ Decoding never raises for a bad record: an unknown tag, a body that
 
 Callers: ``popbroker.services.revivelog`` (delay properties),
 ``popbroker.services.revivequeue`` (the revive role's scan and delay
-delivery), ``popbroker.admin.scanning`` and ``popbroker.admin.popstate`` (scans
+delivery), ``popbroker.admin.scanning`` and ``popbroker.inspect.popstate`` (scans
 and in-flight counts from the store).
 """
 

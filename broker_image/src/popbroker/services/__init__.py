@@ -18,7 +18,7 @@ Modules:
     :mod:`~popbroker.services.popattempt` (its values and shared reads),
     :mod:`~popbroker.services.fifopopping` (FIFO queues).
   * :mod:`~popbroker.services.receiving` — a receive: validation, pop, long polling.
-  * :mod:`~popbroker.services.flushing` — CK flush and offset-commit loop.
+  * :mod:`~popbroker.services.checkpointing` — CK flush and offset-commit loop.
   * :mod:`~popbroker.services.acking` — ack, change invisible time, forward to DLQ.
   * :mod:`~popbroker.services.longpolling` — parked receives, woken by arrivals.
   * :mod:`~popbroker.services.sending` — validation, queue choice, idempotent sends.

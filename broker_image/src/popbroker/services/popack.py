@@ -22,9 +22,9 @@ import random
 
 from popbroker.pop.checkpointbuffer import CheckpointBuffer
 from popbroker.services.acking import Acker
+from popbroker.services.checkpointing import CheckpointFlusher
 from popbroker.services.clients import ClientRegistry
 from popbroker.services.configcache import ConfigCache
-from popbroker.services.flushing import CheckpointFlusher
 from popbroker.services.longpolling import LongPolling
 from popbroker.services.popping import Popper
 from popbroker.services.popstate import PopState, QueueLockTable

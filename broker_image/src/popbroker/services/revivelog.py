@@ -11,7 +11,7 @@ This module only builds the :class:`MessageToAppend` of each record:
     (:mod:`popbroker.services.delaying`): the body is the message body, the
     properties are :func:`popbroker.pop.revivelog.delay_properties`.
 
-Callers: popping and flushing (CKs), acking (ACKs and change-invisible CKs),
+Callers: popping and checkpointing (CKs), acking (ACKs and change-invisible CKs),
 sending (delay records). The revive role reads them back through
 :func:`popbroker.pop.revivelog.decode`.
 """

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from popbroker.store import checkpoints
+from popbroker.store import flushmark
 from popbroker.store import format as fmt
 
 BODY_PREVIEW = 40
@@ -80,7 +80,7 @@ def dump_queue_file(path: Path, out: TextIO) -> int:
 
 
 def dump_directory(root: Path, out: TextIO, *, records: bool) -> int:
-    mark = checkpoints.read(root / "checkpoint")
+    mark = flushmark.read(root / "checkpoint")
     print(f"store {root}", file=out)
     print(
         f"checkpoint: flushed={mark.flushed_physical_offset} "

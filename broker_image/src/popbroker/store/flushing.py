@@ -16,35 +16,79 @@ an append arrives. A failed fsync fails the waiting appenders (the data may not 
 durable) and marks the store unwritable until a later flush succeeds. A disk too
 full to index (step 3) takes the unacknowledged tail back out of the log; waiters
 below the cut succeed, the others get ``StoreFull`` (``_take_back_waiters``).
+
+The flusher sees the store only through :class:`FlushedStore` (``LocalStore``
+implements it): the store lock, and what runs under it -- take the dirty
+descriptors, dispatch, persist, refuse writes -- and retention. The lock
+discipline stays the store's. Each flush's latency goes to
+``flush_latencies_ms`` (a bounded list tests and benchmarks count) and to every
+callback registered with :meth:`Flusher.on_flush` (the store role's
+``popfleet_store_flush_seconds`` histogram, :mod:`popbroker.metrics.store`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import heapq
 import itertools
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from typing import Protocol
 
-from popbroker.store import retention
 from popbroker.store.api import FlushMode
 from popbroker.store.errors import StoreClosed, StoreError, StoreFull
 from popbroker.store.segments import SegmentedFile
-
-if TYPE_CHECKING:
-    from popbroker.store.local import LocalStore
+from popbroker.store.settings import StoreSettings
 
 log = logging.getLogger(__name__)
+
+MAX_KEPT_LATENCIES = 4096
+
+
+class FlushedStore(Protocol):
+    """What the flusher needs of its store; the ``*_locked`` methods run under ``lock``."""
+
+    @property
+    def settings(self) -> StoreSettings: ...
+
+    @property
+    def lock(self) -> AbstractContextManager[object]: ...
+
+    def log_end_locked(self) -> int:
+        """The commit log's write position."""
+        ...
+
+    def take_dirty_locked(self) -> list[int]:
+        """The commit log's descriptors with unsynced writes (the flusher syncs and closes them)."""
+        ...
+
+    def dispatch_upto_locked(self, position: int) -> None:
+        """Index pending records ending at or below ``position`` (``StoreFull``: taken back)."""
+        ...
+
+    def persist_locked(self) -> None:
+        """Offsets, queue maxima and the checkpoint."""
+        ...
+
+    def fail_writes_locked(self, message: str) -> None:
+        """Refuse every further write (a failed fsync) and drop what is not indexed yet."""
+        ...
+
+    def run_retention(self) -> list[int]:
+        """Delete expired commit-log segments (takes the lock itself)."""
+        ...
 
 
 class Flusher:
     """Owns durability timing for one ``LocalStore``."""
 
-    def __init__(self, store: LocalStore) -> None:
+    def __init__(self, store: FlushedStore, *, flushed_position: int) -> None:
         self.store = store
-        self.flushed_position = store.commitlog.end
+        self.flushed_position = flushed_position
         self._wake = threading.Condition(threading.Lock())
         self._poked = False
         self._stopping = False
@@ -56,14 +100,20 @@ class Flusher:
         self._takeback_starts: list[int] = []
         self._takeback_error = ""
         self.flush_latencies_ms: list[float] = []
+        self._flush_observers: list[Callable[[float], None]] = []
 
     @property
     def takebacks(self) -> int:
         """How many take-backs happened; an appender notes it under the store lock."""
         return len(self._takeback_starts)
 
+    def on_flush(self, observer: Callable[[float], None]) -> None:
+        """Call ``observer(latency_ms)`` after every successful flush, on the flusher thread."""
+        self._flush_observers.append(observer)
+
     def start(self) -> None:
-        self.flushed_position = self.store.commitlog.end
+        with self.store.lock:
+            self.flushed_position = self.store.log_end_locked()
         self._thread = threading.Thread(target=self._run, name="store-flusher", daemon=True)
         self._thread.start()
 
@@ -131,13 +181,13 @@ class Flusher:
                 self._persist()
             if now >= next_retention:
                 next_retention = now + settings.retention_check_interval_ms / 1000
-                self.run_retention()
+                self.store.run_retention()
 
     def _flush_once(self) -> None:
         store = self.store
-        with store._lock:
-            target = store.commitlog.end
-            fds = store.commitlog.file.take_dirty()
+        with store.lock:
+            target = store.log_end_locked()
+            fds = store.take_dirty_locked()
         if target <= self.flushed_position and not fds:
             return
         started = time.perf_counter()
@@ -152,22 +202,24 @@ class Flusher:
                 "restart it so recovery can verify the log"
             )
             log.error("%s", message)
-            error: StoreError = StoreFull(message) if exc.errno == 28 else StoreError(message)
-            with store._lock:
-                store._last_error = message
-                store._fsync_failure = message
-                store._pending.clear()  # never index what may not be durable
+            full = exc.errno == errno.ENOSPC
+            error: StoreError = StoreFull(message) if full else StoreError(message)
+            with store.lock:
+                store.fail_writes_locked(message)
             self._fail_all_waiters(error)
             return
-        self.flush_latencies_ms.append((time.perf_counter() - started) * 1000)
-        if len(self.flush_latencies_ms) > 4096:
-            del self.flush_latencies_ms[:2048]
-        with store._lock:
+        latency_ms = (time.perf_counter() - started) * 1000
+        self.flush_latencies_ms.append(latency_ms)
+        if len(self.flush_latencies_ms) > MAX_KEPT_LATENCIES:
+            del self.flush_latencies_ms[: MAX_KEPT_LATENCIES // 2]
+        for observer in self._flush_observers:
+            observer(latency_ms)
+        with store.lock:
             if store.settings.flush_mode is FlushMode.SYNC:
                 try:
-                    store._dispatch_upto_locked(target)
+                    store.dispatch_upto_locked(target)
                 except StoreFull as exc:
-                    self._take_back_waiters(store.commitlog.end, exc)
+                    self._take_back_waiters(store.log_end_locked(), exc)
                     return
             self.mark_flushed(target)
         self._release_waiters(target, None)
@@ -203,61 +255,10 @@ class Flusher:
 
     def _persist(self) -> None:
         try:
-            with self.store._lock:
-                self.store._persist_state_locked()
+            with self.store.lock:
+                self.store.persist_locked()
         except OSError as exc:
             log.error("persisting offsets and checkpoint failed: %s", exc)
-
-    def run_retention(self) -> list[int]:
-        store = self.store
-        settings = store.settings
-        with store._lock:
-            file = store.commitlog.file
-            bases = file.bases
-            if len(bases) < 2:
-                return []
-            facts = []
-            for base in bases[:-1]:
-                stat = (file.directory / f"{base:020d}").stat()
-                facts.append(retention.SegmentFacts(base, stat.st_size, stat.st_mtime_ns // 10**6))
-            doomed = retention.plan(
-                facts,
-                active_base=bases[-1],
-                now_ms=store.clock(),
-                retention_ms=int(settings.retention_hours * 3_600_000),
-                max_bytes=settings.retention_max_bytes,
-            )
-            if not doomed:
-                return []
-            new_min = doomed[-1] + settings.segment_bytes
-            self._warn_unconsumed_locked(new_min)
-            file.delete_before(new_min)
-            for cq in store._cqs.values():
-                cq.advance_min(new_min)
-            log.info("retention deleted commit-log segments %s", doomed)
-            return doomed
-
-    def _warn_unconsumed_locked(self, new_min: int) -> None:
-        store = self.store
-        for row in store.offsets.rows():
-            cq = store._cqs.get((row.topic, row.queue_id))
-            if cq is None or row.queue_offset >= cq.max_queue_offset:
-                continue
-            lost = 0
-            for entry in cq.entries(row.queue_offset, cq.max_queue_offset - row.queue_offset):
-                if entry.physical_offset >= new_min:
-                    break
-                lost += 1
-            if lost:
-                log.warning(
-                    "retention deletes %d messages of %s queue %d that group %s has not consumed "
-                    "(committed offset %d)",
-                    lost,
-                    row.topic,
-                    row.queue_id,
-                    row.group,
-                    row.queue_offset,
-                )
 
 
 def _succeed(future: asyncio.Future[None]) -> None:

@@ -3,7 +3,7 @@
 Directory layout under ``data_dir``::
 
     LOCK                      flock'ed while a store has the directory open
-    checkpoint                flushed + dispatched physical offsets (see ``checkpoints``)
+    checkpoint                flushed + dispatched physical offsets (see ``flushmark``)
     commitlog/<20 digits>     commit-log segments
     consumequeue/<topic>/<q>/ consume-queue files
     config/metadata.json      topics, groups, modes, members, config epoch (+ .bak)
@@ -16,16 +16,12 @@ retention. One lock (``self._lock``) guards every file and table; fsync of the
 commit log happens outside it, so concurrent appends share one fsync (group
 commit).
 
-Opening runs recovery, in order:
-
-1. take the directory lock (a second store on the same directory is refused);
-2. load the config; a missing or unreadable main file falls back to its backup,
-   and an empty or restored config gets a new config epoch;
-3. verify the commit-log tail from the checkpoint (``CommitLog.recover``);
-4. load consume queues, cut entries that point past the recovered log end;
-5. re-dispatch records from the checkpoint; a queue with a gap (its file was
-   truncated or lost) is rebuilt from the whole commit log;
-6. load committed offsets; advance queue minimums to the log's minimum.
+Opening takes the directory lock (a second store on the same directory is
+refused), then runs recovery: the numbered steps are in
+:mod:`popbroker.store.recovery`, which holds their mechanics; ``_recover`` calls
+them in order. The flusher sees the store through the narrow
+:class:`~popbroker.store.flushing.FlushedStore` (the ``*_locked`` methods and
+``run_retention`` below).
 """
 
 from __future__ import annotations
@@ -39,10 +35,10 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
-from popbroker.store import atomicfiles, checkpoints, filters, names
+from popbroker.store import atomicfiles, filters, flushmark, names, recovery, retention
 from popbroker.store import format as fmt
 from popbroker.store.api import (
     PROPERTY_TAGS,
@@ -173,7 +169,12 @@ class LocalStore:
         self._pending: list[_Dispatch] = []
         self._dispatched_position = 0
         self._listeners: set[_ArrivalListener] = set()
-        self.flusher = Flusher(self)
+        self.flusher = Flusher(self, flushed_position=self.commitlog.end)
+
+    @property
+    def lock(self) -> threading.RLock:
+        """The one lock over every file and table (the flusher takes it too)."""
+        return self._lock
 
     # ------------------------------------------------------------------ opening
 
@@ -206,8 +207,10 @@ class LocalStore:
         return store
 
     def _recover(self, *, repair: bool) -> None:
-        self._load_metadata()
-        mark = checkpoints.read(self.data_dir / "checkpoint")
+        """The steps of :mod:`popbroker.store.recovery`, in order."""
+        self.metadata = recovery.load_metadata(self.data_dir, settings=self.settings)  # 2
+        self._persist_unless_full_locked(self._persist_metadata_locked)
+        mark = flushmark.read(self.data_dir / "checkpoint")
         start = min(mark.flushed_physical_offset, mark.dispatched_physical_offset)
         report = self.commitlog.recover(checkpoint=mark.flushed_physical_offset, repair=repair)
         # recovery fsynced the log up to its (possibly cut) end; never claim more
@@ -219,65 +222,21 @@ class LocalStore:
             report.records_verified,
             report.truncated_bytes,
         )
-        self._load_consume_queues()
-        damaged = self._redispatch(start)
-        damaged |= self._queues_behind_record()
+        recovery.load_consume_queues(self.data_dir, end=self.commitlog.end, open_cq=self._open_cq)
+        damaged = recovery.redispatch(
+            self.commitlog, start, open_cq=self._open_cq, segment_bytes=self.settings.segment_bytes
+        )
+        damaged |= recovery.queues_behind_record(self._config_dir, self._cqs)
         if damaged:
-            self._rebuild_queues(damaged)
+            recovery.rebuild_queues(self.commitlog, damaged, cqs=self._cqs, open_cq=self._open_cq)
         for key, cq in self._cqs.items():
             cq.advance_min(self.commitlog.min_offset)
             self._next_queue_offset[key] = cq.max_queue_offset
         self._dispatched_position = self.commitlog.end
-        raw, _source = atomicfiles.read_json(self._config_dir / "offsets.json")
-        if raw is not None:
-            self.offsets = OffsetTable.from_json(raw)
+        offsets = recovery.load_offsets(self._config_dir)
+        if offsets is not None:
+            self.offsets = offsets
         self._persist_unless_full_locked(self._write_checkpoint_locked)
-
-    def _load_metadata(self) -> None:
-        raw, source = atomicfiles.read_json(self._config_dir / "metadata.json")
-        has_data = any((self.data_dir / "commitlog").glob("0*"))
-        if source is atomicfiles.Source.MAIN:
-            self.metadata = self._parse_metadata(raw, "metadata.json")
-        elif source is atomicfiles.Source.BACKUP:
-            self.metadata = self._parse_metadata(raw, "metadata.json.bak").with_new_epoch()
-            log.warning("config restored from its backup; new config epoch %s", self.metadata.epoch)
-        else:
-            self.metadata = Metadata()
-            if has_data:
-                log.warning(
-                    "config file missing although the commit log holds data; starting with an "
-                    "empty config (epoch %s) - the operator re-applies what is declared",
-                    self.metadata.epoch,
-                )
-        revive = names.revive_topic(self.settings.cluster)
-        self.metadata.ensure_system_topic(revive, self.settings.revive_queue_num)
-        self._persist_unless_full_locked(self._persist_metadata_locked)
-
-    def _parse_metadata(self, raw: object, name: str) -> Metadata:
-        """A config file that parses as JSON but not as a config is refused, not overwritten."""
-        try:
-            return Metadata.from_json(raw)
-        except InvalidArgument as exc:
-            raise CorruptStore(
-                f"{self._config_dir / name}: {exc}; refusing to start rather than overwrite "
-                "it. Fix or move the file away (the store then uses the backup, or starts "
-                "with an empty config and a new config epoch)."
-            ) from exc
-
-    def _load_consume_queues(self) -> None:
-        root = self.data_dir / "consumequeue"
-        root.mkdir(exist_ok=True)
-        end = self.commitlog.end
-        for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
-                if not queue_dir.name.isdigit():
-                    continue
-                cq = self._open_cq(topic_dir.name, int(queue_dir.name))
-                # cut entries that point past the recovered log end, or holes
-                while (last := cq.last()) is not None and (
-                    last.size == 0 or last.physical_offset + last.size > end
-                ):
-                    cq.truncate_to(last.queue_offset)
 
     def _open_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         key = (topic, queue_id)
@@ -292,74 +251,6 @@ class LocalStore:
             )
             self._cqs[key] = cq
         return cq
-
-    def _redispatch(self, start: int) -> set[QueueKey]:
-        """Index records from ``start``; return queues found with a gap."""
-        start = max(start - start % self.settings.segment_bytes, self.commitlog.min_offset)
-        damaged: set[QueueKey] = set()
-        for record in self.commitlog.scan(start):
-            key = (record.topic, record.queue_id)
-            if key in damaged:
-                continue
-            cq = self._open_cq(*key)
-            entry = _entry_of(record)
-            if record.queue_offset < cq.max_queue_offset:
-                if record.queue_offset < cq.min_queue_offset:
-                    continue
-                existing = cq.entries(record.queue_offset, 1)
-                if existing and existing[0].physical_offset == record.physical_offset:
-                    continue
-                log.warning("consume queue %s disagrees with the commit log; re-indexing", key)
-                cq.truncate_to(record.queue_offset)
-            if record.queue_offset > cq.max_queue_offset:
-                if (
-                    cq.max_queue_offset == 0
-                    and not cq.file.bases
-                    and start <= self.commitlog.min_offset
-                ):
-                    # head lost with retention; only provable when the scan began at the
-                    # log's first record (a deleted queue directory is rebuilt instead)
-                    cq.start_at(record.queue_offset)
-                else:
-                    damaged.add(key)
-                    continue
-            cq.append(entry)
-        return damaged
-
-    def _queues_behind_record(self) -> set[QueueKey]:
-        raw, _source = atomicfiles.read_json(self._config_dir / "queues.json")
-        if not isinstance(raw, dict):
-            return set()
-        behind: set[QueueKey] = set()
-        for row in raw.get("queues", []):
-            try:
-                key, known_max = (str(row[0]), int(row[1])), int(row[2])
-            except (TypeError, ValueError, IndexError):
-                continue
-            cq = self._cqs.get(key)
-            if cq is None or cq.max_queue_offset < known_max:
-                behind.add(key)
-        return behind
-
-    def _rebuild_queues(self, damaged: set[QueueKey]) -> None:
-        log.warning("rebuilding consume queues %s from the whole commit log", sorted(damaged))
-        for key in damaged:
-            cq = self._cqs.pop(key, None)
-            if cq is not None:
-                cq.destroy()
-        for record in self.commitlog.scan(self.commitlog.min_offset):
-            key = (record.topic, record.queue_id)
-            if key not in damaged:
-                continue
-            cq = self._open_cq(*key)
-            if not cq.file.bases and cq.max_queue_offset == 0:
-                cq.start_at(record.queue_offset)
-            if record.queue_offset != cq.max_queue_offset:
-                raise CorruptStore(
-                    f"commit log holds queue offsets of {key} out of order "
-                    f"({record.queue_offset} after {cq.max_queue_offset - 1})"
-                )
-            cq.append(_entry_of(record))
 
     # ------------------------------------------------------------------ closing
 
@@ -401,9 +292,9 @@ class LocalStore:
     def _flush_all_locked(self) -> None:
         self.commitlog.flush()
         with contextlib.suppress(StoreFull):  # taken back; their appenders were failed
-            self._dispatch_upto_locked(self.commitlog.end)
+            self.dispatch_upto_locked(self.commitlog.end)
         self.flusher.mark_flushed(self.commitlog.end)
-        self._persist_unless_full_locked(self._persist_state_locked)
+        self._persist_unless_full_locked(self.persist_locked)
 
     def _persist_unless_full_locked(self, write: Callable[[], None]) -> None:
         """Write state files (config, offsets, checkpoint) at open or close; on a full
@@ -422,7 +313,20 @@ class LocalStore:
     def _persist_metadata_locked(self) -> None:
         atomicfiles.write_json(self._config_dir / "metadata.json", self.metadata.to_json())
 
-    def _persist_state_locked(self) -> None:
+    def log_end_locked(self) -> int:
+        return self.commitlog.end
+
+    def take_dirty_locked(self) -> list[int]:
+        return self.commitlog.file.take_dirty()
+
+    def fail_writes_locked(self, message: str) -> None:
+        """After a failed fsync: refuse every further write; never index what may not be
+        durable."""
+        self._last_error = message
+        self._fsync_failure = message
+        self._pending.clear()
+
+    def persist_locked(self) -> None:
         """Offsets, queue maxima and the checkpoint (consume queues fsynced first)."""
         if self.offsets.dirty:
             atomicfiles.write_json(self._config_dir / "offsets.json", self.offsets.to_json())
@@ -434,9 +338,9 @@ class LocalStore:
             cq.flush()
         queues = [[t, q, cq.max_queue_offset] for (t, q), cq in sorted(self._cqs.items())]
         atomicfiles.write_json(self._config_dir / "queues.json", {"version": 1, "queues": queues})
-        checkpoints.write(
+        flushmark.write(
             self.data_dir / "checkpoint",
-            checkpoints.Checkpoint(
+            flushmark.FlushMark(
                 flushed_physical_offset=self.flusher.flushed_position,
                 dispatched_physical_offset=self._dispatched_position,
             ),
@@ -464,13 +368,9 @@ class LocalStore:
             await self.flusher.wait_flushed(end, takebacks=takebacks)
         return results
 
-    def append_nowait(self, messages: Sequence[MessageToAppend]) -> tuple[list[AppendResult], int]:
-        """Write and (in ASYNC mode) dispatch; returns the results and the batch end."""
-        results, end, _takebacks = self._append(messages)
-        return results, end
-
     def _append(self, messages: Sequence[MessageToAppend]) -> tuple[list[AppendResult], int, int]:
-        """``append_nowait`` plus the flusher's take-back count seen under the lock."""
+        """Write and (in ASYNC mode) dispatch; returns the results, the batch end and the
+        flusher's take-back count seen under the lock."""
         if self._closed:
             raise StoreClosed("store is closed")
         if self._fsync_failure:
@@ -534,7 +434,7 @@ class LocalStore:
                 )
             end = self.commitlog.end
             if self.settings.flush_mode is FlushMode.ASYNC:
-                self._dispatch_upto_locked(end)
+                self.dispatch_upto_locked(end)
             takebacks = self.flusher.takebacks
         self.flusher.poke()
         return results, end, takebacks
@@ -574,7 +474,7 @@ class LocalStore:
         if not 0 <= queue_id < config.queue_nums:
             raise UnknownTopic(f"topic {topic!r} has no queue {queue_id}")
 
-    def _dispatch_upto_locked(self, limit: int) -> None:
+    def dispatch_upto_locked(self, limit: int) -> None:
         """Index pending records that end at or below ``limit`` and announce them.
 
         When the disk is too full for a consume-queue entry, the batch of the record
@@ -835,24 +735,50 @@ class LocalStore:
 
     def run_retention(self) -> list[int]:
         """Delete expired segments now; returns the deleted bases (see ``retention``)."""
-        return self.flusher.run_retention()
+        settings = self.settings
+        with self._lock:
+            file = self.commitlog.file
+            bases = file.bases
+            if len(bases) < 2:
+                return []
+            facts = []
+            for base in bases[:-1]:
+                stat = (file.directory / f"{base:020d}").stat()
+                facts.append(retention.SegmentFacts(base, stat.st_size, stat.st_mtime_ns // 10**6))
+            doomed = retention.plan(
+                facts,
+                active_base=bases[-1],
+                now_ms=self.clock(),
+                retention_ms=int(settings.retention_hours * 3_600_000),
+                max_bytes=settings.retention_max_bytes,
+            )
+            if not doomed:
+                return []
+            new_min = doomed[-1] + settings.segment_bytes
+            self._warn_unconsumed_locked(new_min)
+            file.delete_before(new_min)
+            for cq in self._cqs.values():
+                cq.advance_min(new_min)
+            log.info("retention deleted commit-log segments %s", doomed)
+            return doomed
 
-
-def _entry_of(record: fmt.Record) -> Entry:
-    tag = record.properties.get(PROPERTY_TAGS, "")
-    return Entry(
-        record.queue_offset, record.physical_offset, record.total_size, filters.tag_hash(tag)
-    )
-
-
-def small_settings(**overrides: object) -> StoreSettings:
-    """Small segments for tests and the dump tool's self-check."""
-    base = StoreSettings(
-        segment_bytes=256 * 1024,
-        cq_entries_per_file=64,
-        max_body_bytes=64 * 1024,
-        max_properties_bytes=16 * 1024,
-        flush_interval_ms=20,
-        offsets_persist_interval_ms=50,
-    )
-    return replace(base, **overrides)  # type: ignore[arg-type]
+    def _warn_unconsumed_locked(self, new_min: int) -> None:
+        for row in self.offsets.rows():
+            cq = self._cqs.get((row.topic, row.queue_id))
+            if cq is None or row.queue_offset >= cq.max_queue_offset:
+                continue
+            lost = 0
+            for entry in cq.entries(row.queue_offset, cq.max_queue_offset - row.queue_offset):
+                if entry.physical_offset >= new_min:
+                    break
+                lost += 1
+            if lost:
+                log.warning(
+                    "retention deletes %d messages of %s queue %d that group %s has not consumed "
+                    "(committed offset %d)",
+                    lost,
+                    row.topic,
+                    row.queue_id,
+                    row.group,
+                    row.queue_offset,
+                )

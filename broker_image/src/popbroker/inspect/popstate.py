@@ -22,7 +22,8 @@ tells, per call, with a short cache:
      the future, per (topic, group, queue). A lower bound: checkpoints still in
      popack's memory (at most ``popCkStayBufferTime`` old) are not in the log.
 
-Callers: :mod:`popbroker.admin.inspecting`, :mod:`popbroker.admin.scanning`.
+Callers: :mod:`popbroker.inspect.inspecting`, :mod:`popbroker.admin.scanning`, the
+admin server (``serve_admin``), the popack metrics and the ``all`` role.
 """
 
 from __future__ import annotations

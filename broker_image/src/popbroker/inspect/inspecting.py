@@ -1,13 +1,18 @@
 """Offsets and revive statistics, computed from the store and the live POP state.
 
-``GetOffsets`` (:func:`group_offsets`), for one group:
+Plain dataclasses out; the admin API turns them into its protobuf
+(:mod:`popbroker.admin.convert`), the revive role's metrics read them
+(:mod:`popbroker.metrics.revive`).
 
-  1. The group must be configured or have committed offsets (``NOT_FOUND``).
-  2. Topics: the requested ones (each must exist, ``NOT_FOUND``), else every
+``GetOffsets`` (:func:`group_offsets`), for one group (a legal name; the admin
+API checks it):
+
+  1. The group must be configured or have committed offsets (``UnknownGroup``).
+  2. Topics: the requested ones (each must exist, ``UnknownTopic``), else every
      topic the group has committed offsets on or a consume mode for. Each
      user topic's retry topic ``%RETRY%<group>+<topic>`` is added when it exists.
   3. Per queue: bounds, the committed offset (unset when never committed), the
-     in-flight count from the :class:`~popbroker.admin.popstate.PopStateProvider`
+     in-flight count from the :class:`~popbroker.inspect.popstate.PopStateProvider`
      (unset when unknown) and the store time of the oldest unconsumed message:
      the message at the committed offset (or at min when never committed).
 
@@ -21,17 +26,65 @@ in its retry topics and the messages held in its DLQ.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from popbroker.admin.convert import check_name
-from popbroker.admin.errors import NotFound
-from popbroker.admin.popstate import PopStateProvider
+from popbroker.inspect.popstate import PopStateProvider
+from popbroker.pop.checkpointbuffer import BufferStats
 from popbroker.pop.checkpoints import QueueKey
+from popbroker.pop.reviving import LedgerStats
 from popbroker.store import names
 from popbroker.store.api import QueueBounds, ReadStatus, StoreApi, TopicConfig
-from popbroker.store.errors import UnknownTopic
-from popfleet_api.admin.v1 import admin_pb2 as pb
+from popbroker.store.errors import UnknownGroup, UnknownTopic
 
 Clock = Callable[[], int]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueOffsets:
+    """One queue of a group: bounds, committed offset, in flight, oldest unconsumed."""
+
+    topic: str
+    queue_id: int
+    min_queue_offset: int
+    max_queue_offset: int
+    retry_of: str | None = None  # the user topic when ``topic`` is its retry topic
+    committed_queue_offset: int | None = None
+    in_flight_messages: int | None = None
+    oldest_unconsumed_store_time_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GroupOffsets:
+    group: str
+    now_ms: int
+    queues: tuple[QueueOffsets, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReviveQueueStats:
+    revive_queue_id: int
+    min_queue_offset: int
+    max_queue_offset: int
+    lag_messages: int
+    revive_queue_offset: int | None = None  # the revive progress; None when never committed
+    lag_ms: int | None = None
+    ledger: LedgerStats | None = None  # None when unknown
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRetryStats:
+    group: str
+    retry_messages: int
+    dlq_messages: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReviveStats:
+    revive_topic: str
+    now_ms: int
+    queues: tuple[ReviveQueueStats, ...]
+    groups: tuple[GroupRetryStats, ...]
+    checkpoint_buffer: BufferStats | None  # None when unknown
 
 
 async def oldest_unconsumed_store_time(
@@ -63,19 +116,18 @@ async def group_offsets(
     group: str,
     topics: Sequence[str],
     now_ms: int,
-) -> pb.GetOffsetsResponse:
+) -> GroupOffsets:
     """Steps 1-3 of the module docstring."""
-    check_name(group, kind="group")
     rows = await store.committed_offsets(group)
     configured = {g.name for g in await store.groups()}
     if group not in configured and not rows:
-        raise NotFound(f"group {group!r} does not exist", reason="UNKNOWN_GROUP")
+        raise UnknownGroup(f"group {group!r} does not exist")
     all_topics = {t.name: t for t in await store.topics()}
     wanted: list[str] = []
     if topics:
         for name in topics:
             if name not in all_topics:
-                raise NotFound(f"topic {name!r} does not exist", reason="UNKNOWN_TOPIC")
+                raise UnknownTopic(f"topic {name!r} does not exist")
             wanted.append(name)
     else:
         modes = [m.topic for m in await store.consume_modes() if m.group == group]
@@ -88,42 +140,39 @@ async def group_offsets(
     committed = {(r.topic, r.queue_id): r.queue_offset for r in rows}
     keys = [QueueKey(name, group, q) for name in wanted for q in range(all_topics[name].queue_nums)]
     in_flight = await pop_state.in_flight(keys)
-    response = pb.GetOffsetsResponse(group=group, now_ms=now_ms)
+    queues: list[QueueOffsets] = []
     for key in sorted(keys, key=lambda k: (k.topic, k.queue_id)):
         bounds = await _bounds(store, key.topic, key.queue_id)
         if bounds is None:
             continue
-        row = pb.QueueOffsets(
-            topic=key.topic,
-            queue_id=key.queue_id,
-            min_queue_offset=bounds.min_queue_offset,
-            max_queue_offset=bounds.max_queue_offset,
-        )
         parsed = names.parse_retry_topic(key.topic)
-        if parsed is not None:
-            row.retry_of = parsed[1]
         offset = committed.get((key.topic, key.queue_id))
-        if offset is not None:
-            row.committed_queue_offset = offset
-        count = in_flight.get(key)
-        if count is not None:
-            row.in_flight_messages = count
-        oldest = await oldest_unconsumed_store_time(store, bounds, offset)
-        if oldest is not None:
-            row.oldest_unconsumed_store_time_ms = oldest
-        response.queues.append(row)
-    return response
+        queues.append(
+            QueueOffsets(
+                topic=key.topic,
+                queue_id=key.queue_id,
+                min_queue_offset=bounds.min_queue_offset,
+                max_queue_offset=bounds.max_queue_offset,
+                retry_of=parsed[1] if parsed is not None else None,
+                committed_queue_offset=offset,
+                in_flight_messages=in_flight.get(key),
+                oldest_unconsumed_store_time_ms=await oldest_unconsumed_store_time(
+                    store, bounds, offset
+                ),
+            )
+        )
+    return GroupOffsets(group=group, now_ms=now_ms, queues=tuple(queues))
 
 
 async def revive_stats(
     store: StoreApi, pop_state: PopStateProvider, *, cluster: str, now_ms: int
-) -> pb.GetReviveStatsResponse:
+) -> ReviveStats:
     """Revive queues and retry/DLQ depths (see the module docstring)."""
     topic = names.revive_topic(cluster)
     topics = {t.name: t for t in await store.topics()}
-    response = pb.GetReviveStatsResponse(revive_topic=topic, now_ms=now_ms)
     ledgers = await pop_state.revive_ledgers()
     revive = topics.get(topic)
+    queues: list[ReviveQueueStats] = []
     for revive_queue_id in range(revive.queue_nums if revive else 0):
         bounds = await _bounds(store, topic, revive_queue_id)
         if bounds is None:
@@ -132,47 +181,28 @@ async def revive_stats(
         start = (
             bounds.min_queue_offset if progress is None else max(progress, bounds.min_queue_offset)
         )
-        stats = pb.ReviveQueueStats(
-            revive_queue_id=revive_queue_id,
-            min_queue_offset=bounds.min_queue_offset,
-            max_queue_offset=bounds.max_queue_offset,
-            lag_messages=max(0, bounds.max_queue_offset - start),
-        )
-        if progress is not None:
-            stats.revive_queue_offset = progress
         oldest = await oldest_unconsumed_store_time(store, bounds, start)
-        if oldest is not None:
-            stats.lag_ms = max(0, now_ms - oldest)
-        ledger = ledgers.get(revive_queue_id)
-        if ledger is not None:
-            stats.ledger.CopyFrom(
-                pb.ReviveLedgerStats(
-                    pending_checkpoints=ledger.pending,
-                    reviving=ledger.in_flight,
-                    resolved=ledger.resolved,
-                    orphan_acks=ledger.orphan_acks,
-                    duplicate_acks=ledger.duplicate_acks,
-                    bogus_ack_offsets=ledger.bogus_ack_offsets,
-                    duplicate_checkpoints=ledger.duplicate_cks,
-                    other_records=ledger.other_records,
-                )
-            )
-        response.queues.append(stats)
-    for group_stats in await _retry_stats(store, topics):
-        response.groups.append(group_stats)
-    buffer = await pop_state.checkpoint_buffer()
-    if buffer is not None:
-        response.checkpoint_buffer.CopyFrom(
-            pb.CheckpointBufferStats(
-                in_memory=buffer.in_memory,
-                writing=buffer.writing,
-                commit_entries=buffer.commit_entries,
+        queues.append(
+            ReviveQueueStats(
+                revive_queue_id=revive_queue_id,
+                min_queue_offset=bounds.min_queue_offset,
+                max_queue_offset=bounds.max_queue_offset,
+                lag_messages=max(0, bounds.max_queue_offset - start),
+                revive_queue_offset=progress,
+                lag_ms=None if oldest is None else max(0, now_ms - oldest),
+                ledger=ledgers.get(revive_queue_id),
             )
         )
-    return response
+    return ReviveStats(
+        revive_topic=topic,
+        now_ms=now_ms,
+        queues=tuple(queues),
+        groups=tuple(await _retry_stats(store, topics)),
+        checkpoint_buffer=await pop_state.checkpoint_buffer(),
+    )
 
 
-async def _retry_stats(store: StoreApi, topics: dict[str, TopicConfig]) -> list[pb.GroupRetryStats]:
+async def _retry_stats(store: StoreApi, topics: dict[str, TopicConfig]) -> list[GroupRetryStats]:
     retry: dict[str, int] = {g.name: 0 for g in await store.groups()}
     dlq: dict[str, int] = dict.fromkeys(retry, 0)
     for name, config in topics.items():
@@ -196,6 +226,6 @@ async def _retry_stats(store: StoreApi, topics: dict[str, TopicConfig]) -> list[
                     depth = bounds.max_queue_offset - bounds.min_queue_offset
                     dlq[group] = dlq.get(group, 0) + depth
     return [
-        pb.GroupRetryStats(group=g, retry_messages=retry.get(g, 0), dlq_messages=dlq.get(g, 0))
+        GroupRetryStats(group=g, retry_messages=retry.get(g, 0), dlq_messages=dlq.get(g, 0))
         for g in sorted(set(retry) | set(dlq))
     ]

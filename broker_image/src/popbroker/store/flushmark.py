@@ -1,4 +1,4 @@
-"""The flush checkpoint: how far the commit log is durable and indexed.
+"""The flush mark (the ``checkpoint`` file): how far the commit log is durable and indexed.
 
 One 32-byte file, rewritten in place and fdatasync'ed (a write this small lands
 within one sector, so it is either old or new)::
@@ -30,12 +30,12 @@ MAGIC = b"PFCP"
 
 
 @dataclass(frozen=True, slots=True)
-class Checkpoint:
+class FlushMark:
     flushed_physical_offset: int = 0
     dispatched_physical_offset: int = 0
 
 
-def write(path: Path, mark: Checkpoint) -> None:
+def write(path: Path, mark: FlushMark) -> None:
     body = _LAYOUT.pack(
         MAGIC,
         mark.flushed_physical_offset,
@@ -51,17 +51,17 @@ def write(path: Path, mark: Checkpoint) -> None:
         os.close(fd)
 
 
-def read(path: Path) -> Checkpoint:
+def read(path: Path) -> FlushMark:
     try:
         data = path.read_bytes()
     except FileNotFoundError:
-        return Checkpoint()
+        return FlushMark()
     if len(data) < _LAYOUT.size + 4:
         log.warning("checkpoint %s is short; verifying the whole commit log", path)
-        return Checkpoint()
+        return FlushMark()
     body, (crc,) = data[: _LAYOUT.size], struct.unpack_from(">I", data, _LAYOUT.size)
     magic, flushed, dispatched, _written = _LAYOUT.unpack(body)
     if magic != MAGIC or zlib.crc32(body) != crc or flushed < 0 or dispatched < 0:
         log.warning("checkpoint %s is damaged; verifying the whole commit log", path)
-        return Checkpoint()
-    return Checkpoint(flushed, dispatched)
+        return FlushMark()
+    return FlushMark(flushed, dispatched)

@@ -1,13 +1,13 @@
-"""``popbroker demo``: the embedded default that ``make demo`` runs today.
+"""``popbroker demo``: the store-only demo (what ``make demo-store`` runs).
 
 1. start a ``store`` role process on a scratch data directory, serving its Unix socket;
-2. connect through the store wire API (as ``popack`` will), create a topic, append
+2. connect through the store wire API (as ``popack`` does), create a topic, append
    a few hundred tagged messages across its queues, read them back with a filter;
 3. print what landed (``python -m popbroker.store.dump``);
 4. keep the store running until Ctrl-C, then stop it by its PID.
 
-When the POP engine lands this becomes the local fleet with the operator
-(DESIGN §8); until then it shows the durable store end to end.
+It shows the durable store end to end. The whole fleet (operator, brokers,
+clients on a local testbed) is ``make demo`` (``popfleet_e2e.demo``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     data_dir: Path = args.data_dir or Path(tempfile.mkdtemp(prefix="popfleet-demo-"))
     socket_path = data_dir.parent / f"{data_dir.name}.sock"
-    command = [sys.executable, "-m", "popbroker.store.wire.serve_main"]
+    command = [sys.executable, "-m", "popbroker.roles.store"]
     command += ["--data-dir", str(data_dir), "--socket", str(socket_path)]
     print(f"starting the store role: {' '.join(command)}")
     proc = subprocess.Popen(command)

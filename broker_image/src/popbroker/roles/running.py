@@ -1,0 +1,119 @@
+"""What every role process shares: signals, port files, the store socket, ``/metrics``.
+
+* :func:`stop_on_signals` -- an event set by SIGTERM/SIGINT; every role runs
+  until it is set, then stops in its own order.
+* :func:`write_port` -- ``--port-file`` and friends: the bound port, written
+  atomically once the server serves (how tests and supervisors learn a port 0
+  without parsing logs).
+* :func:`remote_store` -- the ``popack`` and ``revive`` roles' store: the store
+  role's Unix socket, once it answers ``Info``.
+* :func:`add_metrics_flags`, :func:`role_metrics`, :class:`RoleMetrics` -- one
+  role process's Prometheus registry, the per-role metric sets in it, and its
+  ``/metrics`` server (see :mod:`popbroker.metrics`).
+* :func:`configure_logging` -- ``--log-level`` for the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry
+
+from popbroker.metrics import exposition
+from popbroker.metrics.popack import PopackMetrics
+from popbroker.metrics.revive import ReviveMetrics
+from popbroker.metrics.store import observe_flushes
+from popbroker.store.local import LocalStore
+from popbroker.store.wire.client import RemoteStore
+
+STORE_READY_TIMEOUT_S = 60.0
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event that SIGTERM or SIGINT sets (on the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    return stop
+
+
+async def remote_store(store_socket: Path) -> RemoteStore:
+    """The store role behind ``store_socket``, once it answers."""
+    store = RemoteStore.connect(f"unix:{store_socket}")
+    await store.wait_ready(timeout_s=STORE_READY_TIMEOUT_S)
+    return store
+
+
+def write_port(path: Path | None, port: int) -> None:
+    """Write ``port`` to ``path`` atomically (nothing when ``path`` is None)."""
+    if path is None:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{port}\n")
+    os.replace(tmp, path)
+
+
+def configure_logging(level: str, *, separator: str = "") -> None:
+    """The process's log format at ``level`` (``separator`` after the logger name)."""
+    logging.basicConfig(
+        level=level.upper(),
+        format=f"%(asctime)s %(levelname)s %(name)s{separator} %(message)s",
+    )
+
+
+def add_metrics_flags(parser: argparse.ArgumentParser) -> None:
+    """``--metrics-listen`` and ``--metrics-port-file`` (every role, the store's too)."""
+    parser.add_argument("--metrics-listen", help="HOST:PORT of the Prometheus /metrics endpoint")
+    parser.add_argument("--metrics-port-file", type=Path, help="write the metrics port here")
+
+
+def role_metrics(args: argparse.Namespace) -> RoleMetrics | None:
+    """The role's metrics endpoint per the flags (None without ``--metrics-listen``)."""
+    if not args.metrics_listen:
+        return None
+    exposition.split_host_port(args.metrics_listen)  # fail on a bad value before starting
+    return RoleMetrics(
+        args.metrics_listen, on_bound=lambda port: write_port(args.metrics_port_file, port)
+    )
+
+
+@dataclass
+class RoleMetrics:
+    """One process's metrics: a registry, the role sets in it, and the HTTP endpoint."""
+
+    listen: str
+    on_bound: Callable[[int], None] = lambda port: None
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    popack: PopackMetrics | None = None
+    revive: ReviveMetrics | None = None
+    server: exposition.MetricsServer | None = None
+
+    def for_popack(self) -> PopackMetrics:
+        self.popack = PopackMetrics(self.registry)
+        return self.popack
+
+    def for_revive(self) -> ReviveMetrics:
+        self.revive = ReviveMetrics(self.registry)
+        return self.revive
+
+    def for_store(self, store: LocalStore) -> None:
+        observe_flushes(store.flusher, self.registry)
+
+    async def start(self) -> None:
+        refreshers = [m.refresh for m in (self.popack, self.revive) if m is not None]
+        self.server = await exposition.serve_metrics(
+            self.listen, self.registry, refreshers=refreshers
+        )
+        self.on_bound(self.server.port)
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            await self.server.stop()
