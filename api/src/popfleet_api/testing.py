@@ -92,7 +92,7 @@ class InMemoryBrokerAdmin:
             self._offsets.clear()
             self.config_epoch = secrets.token_hex(8)
 
-    def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+    def commit_offset(self, *, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         self._offsets[models.OffsetTableKey(group, topic, queue_id)] = queue_offset
 
     def set_queue_bounds(self, topic: str, queue_id: int, *, low: int, high: int) -> None:

@@ -45,7 +45,7 @@ async def _api_client(audit: AuditConfig) -> client.ApiClient:
 
 
 async def _call(
-    api: client.ApiClient, method: str, url: str, body: Any = None, *, content_type: str
+    api: client.ApiClient, method: str, url: str, *, body: Any = None, content_type: str
 ) -> dict[str, Any]:
     response = await api.call_api(
         url,
@@ -87,12 +87,12 @@ async def publish(audit: AuditConfig, summary: AuditSummary) -> int:
         for name, patch, event in actions:
             try:
                 await _call(
-                    api, "PATCH", _groups_url(namespace, name), patch, content_type=MERGE_PATCH
+                    api, "PATCH", _groups_url(namespace, name), body=patch, content_type=MERGE_PATCH
                 )
                 patched += 1
                 if event is not None:
                     url = f"/api/v1/namespaces/{quote(namespace)}/events"
-                    await _call(api, "POST", url, event, content_type="application/json")
+                    await _call(api, "POST", url, body=event, content_type="application/json")
             except (PublishError, client.ApiException) as exc:
                 failures += 1
                 log.error("ConsumerGroup %s/%s: %s", namespace, name, exc)

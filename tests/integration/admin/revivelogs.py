@@ -67,4 +67,9 @@ async def append_raw(
 
 
 async def set_revive_progress(store: StoreApi, revive_queue_id: int, queue_offset: int) -> None:
-    await store.commit_offset(names.REVIVE_GROUP, REVIVE_TOPIC, revive_queue_id, queue_offset)
+    await store.commit_offset(
+        group=names.REVIVE_GROUP,
+        topic=REVIVE_TOPIC,
+        queue_id=revive_queue_id,
+        queue_offset=queue_offset,
+    )

@@ -34,7 +34,7 @@ from tests.integration.admin.conftest import BROKER, CLUSTER, REVIVE_QUEUES, ope
 @dataclass
 class Subject:
     admin: BrokerAdminApi
-    commit_offset: Callable[[str, str, int, int], object]
+    commit_offset: Callable[..., object]  # (*, group, topic, queue_id, queue_offset)
 
 
 @pytest.fixture(params=["broker", "memory"])
@@ -55,8 +55,12 @@ async def subject(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterat
         await store.close()
 
 
-async def _seed_offset(subject: Subject, *key: object) -> None:
-    outcome = subject.commit_offset(*key)  # type: ignore[arg-type]
+async def _seed_offset(
+    subject: Subject, *, group: str, topic: str, queue_id: int, queue_offset: int
+) -> None:
+    outcome = subject.commit_offset(
+        group=group, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+    )
     if inspect.isawaitable(outcome):
         await outcome
 
@@ -156,7 +160,7 @@ async def test_offsets_and_offset_table_scan(subject: Subject) -> None:
     admin = subject.admin
     await admin.put_topic(Topic("orders", 2, 2))
     await admin.put_group(Group("billing"))
-    await _seed_offset(subject, "billing", "orders", 1, 0)
+    await _seed_offset(subject, group="billing", topic="orders", queue_id=1, queue_offset=0)
     offsets = await admin.offsets("billing")
     assert [(q.topic, q.queue_id, q.committed_queue_offset) for q in offsets.queues] == [
         ("orders", 0, None),
@@ -167,7 +171,7 @@ async def test_offsets_and_offset_table_scan(subject: Subject) -> None:
     with pytest.raises(errors.NotFound):
         await admin.offsets("billing", ["nope"])
 
-    await _seed_offset(subject, "billing", "orders", 0, 0)
+    await _seed_offset(subject, group="billing", topic="orders", queue_id=0, queue_offset=0)
     pages = [p async for p in admin.scan_offsets(page_size=1)]
     assert [p.resume_after for p in pages] == [
         OffsetTableKey("billing", "orders", 0),

@@ -153,7 +153,7 @@ async def test_read_commands(broker: Broker) -> None:
         await admin.put_topic(Topic("orders", 2, 2))
         await admin.put_group(Group("billing"))
         await admin.set_members([Member("broker-a", "10.1.1.1:8081")])
-    await broker.store.commit_offset("billing", "orders", 1, 0)
+    await broker.store.commit_offset(group="billing", topic="orders", queue_id=1, queue_offset=0)
     target = _brokers(broker.target)
 
     code, out, err = await _cli(*target, "--output", "json", "offsets", "billing")

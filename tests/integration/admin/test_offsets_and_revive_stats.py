@@ -29,7 +29,7 @@ async def test_offsets_per_queue_with_committed_in_flight_and_oldest(
     await admin.put_group(Group("billing"))
     await _send(broker, "orders", 0, 5)  # store times NOW_MS + 0..4 s
     await _send(broker, "orders", 1, 2)  # NOW_MS + 5..6 s
-    await broker.store.commit_offset("billing", "orders", 0, 2)
+    await broker.store.commit_offset(group="billing", topic="orders", queue_id=0, queue_offset=2)
     # Offsets 2 and 3 of queue 0 are popped and invisible; offset 2 is acked through the log.
     ck = checkpoint((2, 3), pop_time_ms=broker.clock.now_ms)
     await append_record(broker.store, ck, revive_queue_id=0)
@@ -75,7 +75,7 @@ async def test_revive_stats_from_the_store(admin: BrokerAdmin, broker: Broker) -
     await set_revive_progress(broker.store, 1, 0)
     retry = names.retry_topic("billing", "orders")
     await broker.store.append([MessageToAppend(retry, 0, b"r1"), MessageToAppend(retry, 0, b"r2")])
-    await broker.store.commit_offset("billing", retry, 0, 1)
+    await broker.store.commit_offset(group="billing", topic=retry, queue_id=0, queue_offset=1)
     await broker.store.append([MessageToAppend(names.dlq_topic("billing"), 0, b"dead")])
     broker.clock.now_ms += 4_000
 

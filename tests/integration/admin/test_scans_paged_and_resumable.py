@@ -137,9 +137,15 @@ async def test_offset_table_scan_pages_and_resumes(admin: BrokerAdmin, broker: B
     await admin.put_group(Group("billing"))
     await admin.put_group(Group("audit"))
     for queue_id in range(3):
-        await broker.store.commit_offset("billing", "orders", queue_id, 0)
-        await broker.store.commit_offset("audit", "orders", queue_id, 0)
-    await broker.store.commit_offset("audit", "gone", 0, 4)  # a topic that no longer exists
+        await broker.store.commit_offset(
+            group="billing", topic="orders", queue_id=queue_id, queue_offset=0
+        )
+        await broker.store.commit_offset(
+            group="audit", topic="orders", queue_id=queue_id, queue_offset=0
+        )
+    await broker.store.commit_offset(
+        group="audit", topic="gone", queue_id=0, queue_offset=4
+    )  # a topic that no longer exists
 
     pages = [p async for p in admin.scan_offsets(page_size=3)]
     keys = [row.key for p in pages for row in p.rows]
@@ -169,7 +175,7 @@ async def test_offset_table_rows_with_store_times(admin: BrokerAdmin, broker: Br
     await broker.store.append(
         [MessageToAppend("orders", 0, b"a"), MessageToAppend("orders", 0, b"b")]
     )
-    await broker.store.commit_offset("billing", "orders", 0, 1)
+    await broker.store.commit_offset(group="billing", topic="orders", queue_id=0, queue_offset=1)
     [page] = [p async for p in admin.scan_offsets(include_store_times=True)]
     [row] = page.rows
     assert (row.min_queue_offset, row.max_queue_offset, row.committed_queue_offset) == (0, 2, 1)

@@ -20,13 +20,15 @@ from popbroker.store.errors import InvalidArgument, InvalidName, UnknownGroup, U
 
 
 async def test_committed_offsets_round_trip_and_delete(store: StoreApi) -> None:
-    assert await store.committed_offset("g1", "orders", 0) is None
-    await store.commit_offset("g1", "orders", 0, 5)
-    await store.commit_offset("g1", "orders", 1, 7)
-    await store.commit_offset("g2", "orders", 0, 1)
-    assert await store.committed_offset("g1", "orders", 0) == 5
-    await store.commit_offset("g1", "orders", 0, 3)  # resets may move it back
-    assert await store.committed_offset("g1", "orders", 0) == 3
+    assert await store.committed_offset(group="g1", topic="orders", queue_id=0) is None
+    await store.commit_offset(group="g1", topic="orders", queue_id=0, queue_offset=5)
+    await store.commit_offset(group="g1", topic="orders", queue_id=1, queue_offset=7)
+    await store.commit_offset(group="g2", topic="orders", queue_id=0, queue_offset=1)
+    assert await store.committed_offset(group="g1", topic="orders", queue_id=0) == 5
+    await store.commit_offset(
+        group="g1", topic="orders", queue_id=0, queue_offset=3
+    )  # resets may move it back
+    assert await store.committed_offset(group="g1", topic="orders", queue_id=0) == 3
     assert await store.committed_offsets("g1") == [
         CommittedOffset("g1", "orders", 0, 3),
         CommittedOffset("g1", "orders", 1, 7),
@@ -35,7 +37,7 @@ async def test_committed_offsets_round_trip_and_delete(store: StoreApi) -> None:
     await store.delete_offsets("g1")
     assert await store.committed_offsets("g1") == []
     with pytest.raises(InvalidArgument):
-        await store.commit_offset("g1", "orders", 0, -1)
+        await store.commit_offset(group="g1", topic="orders", queue_id=0, queue_offset=-1)
 
 
 async def test_topic_config_round_trips(store: StoreApi) -> None:

@@ -68,8 +68,8 @@ async def test_retention_logs_each_group_whose_unconsumed_messages_it_deletes(
     store = aged_store(retention_max_bytes=200 * 1024)
     await store.put_topic(TopicConfig("t", 1, 1))
     await _fill(store, 100)
-    await store.commit_offset("slow-group", "t", 0, 3)
-    await store.commit_offset("fast-group", "t", 0, 100)
+    await store.commit_offset(group="slow-group", topic="t", queue_id=0, queue_offset=3)
+    await store.commit_offset(group="fast-group", topic="t", queue_id=0, queue_offset=100)
     with caplog.at_level(logging.WARNING, logger="popbroker.store.local"):
         store.run_retention()
     lines = [r.getMessage() for r in caplog.records]

@@ -93,10 +93,10 @@ async def test_a_bug_in_the_store_is_internal_and_the_server_survives(
 
 async def test_optional_fields_keep_none(remote: RemoteStore) -> None:
     await remote.put_topic(TOPIC)
-    assert await remote.committed_offset("g", TOPIC.name, 0) is None
-    await remote.commit_offset("g", TOPIC.name, 0, 0)
-    assert await remote.committed_offset("g", TOPIC.name, 0) == 0
-    await remote.commit_offset("h", TOPIC.name, 1, 5)
+    assert await remote.committed_offset(group="g", topic=TOPIC.name, queue_id=0) is None
+    await remote.commit_offset(group="g", topic=TOPIC.name, queue_id=0, queue_offset=0)
+    assert await remote.committed_offset(group="g", topic=TOPIC.name, queue_id=0) == 0
+    await remote.commit_offset(group="h", topic=TOPIC.name, queue_id=1, queue_offset=5)
     assert await remote.committed_offsets("h") == [api.CommittedOffset("h", TOPIC.name, 1, 5)]
     assert len(await remote.committed_offsets()) == 2
     await remote.delete_offsets("g")

@@ -86,7 +86,7 @@ async def test_offsets_rows_carry_lag_in_time() -> None:
     broker = InMemoryBrokerAdmin("a:1")
     await broker.put_topic(Topic("orders", 1, 1))
     broker.set_queue_bounds("orders", 0, low=0, high=10)
-    broker.commit_offset("billing", "orders", 0, 4)
+    broker.commit_offset(group="billing", topic="orders", queue_id=0, queue_offset=4)
     args = cli.build_parser().parse_args(["--broker", "a:1", "offsets", "billing"])
     [result] = await cli.run(["a:1"], cli._action(args), client_factory=lambda _: broker)
     [section] = result.sections

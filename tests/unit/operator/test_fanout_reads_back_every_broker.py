@@ -135,7 +135,7 @@ async def test_backlog_and_delete(brokers: dict[str, InMemoryBrokerAdmin]) -> No
     await fanout.sync_topic(brokers, topic(1))
     await fanout.sync_group(brokers, group())
     brokers["demo-2"].set_queue_bounds("orders", 0, low=0, high=5)
-    brokers["demo-2"].commit_offset("billing", "orders", 0, 2)
+    brokers["demo-2"].commit_offset(group="billing", topic="orders", queue_id=0, queue_offset=2)
     found = await fanout.backlogs(
         brokers, lambda a: fanout.group_backlog(a, "billing", ("orders",))
     )
@@ -144,7 +144,7 @@ async def test_backlog_and_delete(brokers: dict[str, InMemoryBrokerAdmin]) -> No
         brokers, lambda a: fanout.broker_backlog(a, topic="orders")
     )
     assert topic_backlog["demo-2"] == 3
-    brokers["demo-2"].commit_offset("billing", "orders", 0, 5)
+    brokers["demo-2"].commit_offset(group="billing", topic="orders", queue_id=0, queue_offset=5)
     assert await fanout.broker_backlog(brokers["demo-2"]) == 0
     brokers["demo-0"].unreachable = True
     assert await fanout.broker_backlog(brokers["demo-0"]) is None

@@ -114,7 +114,9 @@ class Broker:
     async def persisted_revive_offset(self, revive_queue_id: int) -> int | None:
         """The revive progress the store holds for one revive queue."""
         topic = names.revive_topic((await self.store.info()).cluster)
-        return await self.store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
+        return await self.store.committed_offset(
+            group=names.REVIVE_GROUP, topic=topic, queue_id=revive_queue_id
+        )
 
 
 @pytest.fixture

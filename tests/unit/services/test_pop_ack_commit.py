@@ -18,7 +18,7 @@ async def test_receive_then_ack_commits_past_every_batch(broker: Broker) -> None
     await broker.flush()
     for queue_id in (0, 1):
         bounds = await broker.store.bounds(TOPIC, queue_id)
-        committed = await broker.store.committed_offset(GROUP, TOPIC, queue_id)
+        committed = await broker.store.committed_offset(group=GROUP, topic=TOPIC, queue_id=queue_id)
         assert committed == bounds.max_queue_offset
     revive_topic = names.revive_topic((await broker.store.info()).cluster)
     for queue_id in range(2):
@@ -47,7 +47,7 @@ async def test_tag_filter_skips_and_commits_past_unmatched(broker: Broker) -> No
     await broker.flush()
     for queue_id in (0, 1):
         bounds = await broker.store.bounds(TOPIC, queue_id)
-        assert await broker.store.committed_offset(GROUP, TOPIC, queue_id) == (
+        assert await broker.store.committed_offset(group=GROUP, topic=TOPIC, queue_id=queue_id) == (
             bounds.max_queue_offset
         )
 

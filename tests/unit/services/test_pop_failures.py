@@ -54,7 +54,9 @@ async def _assert_checkpoints_resolved(broker: Broker) -> None:
     assert stats.writing == 0
     assert stats.in_memory == 0
     await broker.flush()
-    committed = [await broker.store.committed_offset(GROUP, TOPIC, q) for q in (0, 1)]
+    committed = [
+        await broker.store.committed_offset(group=GROUP, topic=TOPIC, queue_id=q) for q in (0, 1)
+    ]
     assert sorted(c for c in committed if c is not None)[-1] == 1  # the popped batch passed
 
 

@@ -78,10 +78,10 @@ async def test_offsets_get_update_and_query(broker: Broker) -> None:
         if receipt.queue_id == 0:
             stamps.append((broker.clock(), receipt.queue_offset))
         broker.clock.advance(1_000)
-    await puller.update_offset(GROUP, TOPIC, 0, 2)
+    await puller.update_offset(group=GROUP, topic=TOPIC, queue_id=0, queue_offset=2)
     assert await puller.get_offset(GROUP, TOPIC, 0) == 2
     with pytest.raises(errors.IllegalOffset):
-        await puller.update_offset(GROUP, TOPIC, 0, 99)
+        await puller.update_offset(group=GROUP, topic=TOPIC, queue_id=0, queue_offset=99)
     assert await puller.query_offset(TOPIC, 0, policy=OffsetPolicy.BEGINNING) == 0
     assert await puller.query_offset(TOPIC, 0, policy=OffsetPolicy.END) == len(stamps)
     for stamp_ms, queue_offset in stamps:

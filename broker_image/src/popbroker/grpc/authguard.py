@@ -117,7 +117,9 @@ def _authorized(handler: Any, rpc: str, account: Account) -> Any:
     def streaming(behaviour: handlers.Streaming) -> handlers.Streaming:
         async def checked(request: Any, context: Any) -> AsyncIterator[Any]:
             if rpc == "Telemetry":  # bidi: ``request`` is the command stream
-                async for response in _checked_telemetry(behaviour, account, request, context):
+                async for response in _checked_telemetry(
+                    behaviour, account, commands=request, context=context
+                ):
                     yield response
                 return
             try:
@@ -135,7 +137,7 @@ def _authorized(handler: Any, rpc: str, account: Account) -> Any:
 
 
 async def _checked_telemetry(
-    behaviour: handlers.Streaming, account: Account, commands: Any, context: Any
+    behaviour: handlers.Streaming, account: Account, *, commands: Any, context: Any
 ) -> AsyncIterator[Any]:
     """Telemetry until a ``settings`` command the account may not send; that one is
     answered FORBIDDEN and ends the stream (the servicer never sees it)."""

@@ -39,6 +39,7 @@ class PopackEndpoint:
     def __init__(
         self,
         services: PopackServices,
+        *,
         server: grpc.aio.Server,
         port: int,
         advertised: Endpoint,
@@ -94,7 +95,7 @@ class PopackEndpoint:
         health.add_to(server)
         services.start()
         await server.start()
-        endpoint = cls(services, server, port, advertised, health)
+        endpoint = cls(services, server=server, port=port, advertised=advertised, health=health)
         await endpoint.set_serving(True)
         log.info(
             "popack serving apache.rocketmq.v2.MessagingService on %s:%d (tls %s, auth %s)",

@@ -370,7 +370,10 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         updated = await _answered(
             "UpdateOffset",
             lambda: self._services.puller.update_offset(
-                request.group.name, queue.topic.name, queue.id, request.offset
+                group=request.group.name,
+                topic=queue.topic.name,
+                queue_id=queue.id,
+                queue_offset=request.offset,
             ),
         )
         if isinstance(updated, _Failed):

@@ -177,7 +177,9 @@ async def revive_stats(
         bounds = await _bounds(store, topic, revive_queue_id)
         if bounds is None:
             continue
-        progress = await store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
+        progress = await store.committed_offset(
+            group=names.REVIVE_GROUP, topic=topic, queue_id=revive_queue_id
+        )
         start = (
             bounds.min_queue_offset if progress is None else max(progress, bounds.min_queue_offset)
         )
@@ -213,7 +215,7 @@ async def _retry_stats(store: StoreApi, topics: dict[str, TopicConfig]) -> list[
                 bounds = await _bounds(store, name, queue_id)
                 if bounds is None:
                     continue
-                committed = await store.committed_offset(group, name, queue_id)
+                committed = await store.committed_offset(group=group, topic=name, queue_id=queue_id)
                 start = bounds.min_queue_offset
                 if committed is not None:
                     start = max(start, committed)

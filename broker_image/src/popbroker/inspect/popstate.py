@@ -128,7 +128,9 @@ class StorePopState:
     async def _scan_queue(
         self, topic: str, revive_queue_id: int, *, local_broker_name: str
     ) -> tuple[dict[CheckpointKey, Checkpoint], ReviveLedger]:
-        start = await self._store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
+        start = await self._store.committed_offset(
+            group=names.REVIVE_GROUP, topic=topic, queue_id=revive_queue_id
+        )
         try:
             bounds = await self._store.bounds(topic, revive_queue_id)
         except UnknownTopic:

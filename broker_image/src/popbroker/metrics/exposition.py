@@ -71,9 +71,13 @@ class MetricsServer:
                     "/",
                 )
             ):
-                await _respond(writer, b"200 OK", CONTENT_TYPE_LATEST, await self.render())
+                await _respond(
+                    writer, b"200 OK", content_type=CONTENT_TYPE_LATEST, body=await self.render()
+                )
             else:
-                await _respond(writer, b"404 Not Found", "text/plain", b"not found\n")
+                await _respond(
+                    writer, b"404 Not Found", content_type="text/plain", body=b"not found\n"
+                )
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         except ConnectionError:
@@ -99,7 +103,7 @@ class MetricsServer:
 
 
 async def _respond(
-    writer: asyncio.StreamWriter, status: bytes, content_type: str, body: bytes
+    writer: asyncio.StreamWriter, status: bytes, *, content_type: str, body: bytes
 ) -> None:
     writer.write(
         b"HTTP/1.1 " + status + b"\r\n"

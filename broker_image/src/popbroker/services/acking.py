@@ -126,7 +126,9 @@ class Acker:
         if token is None:
             raise errors.TooManyRequests(f"queue {key} is busy; retry the ack")
         try:
-            committed = await self._store.committed_offset(key.group, key.topic, key.queue_id)
+            committed = await self._store.committed_offset(
+                group=key.group, topic=key.topic, queue_id=key.queue_id
+            )
             result = orderinfo.on_ack(
                 state.order_infos.get(key),
                 queue_offset=target.handle.queue_offset,
@@ -141,7 +143,12 @@ class Acker:
                 state.order_infos[key] = result.info
             next_offset = result.next_committed_queue_offset
             if next_offset is not None and (committed is None or next_offset > committed):
-                await self._store.commit_offset(key.group, key.topic, key.queue_id, next_offset)
+                await self._store.commit_offset(
+                    group=key.group,
+                    topic=key.topic,
+                    queue_id=key.queue_id,
+                    queue_offset=next_offset,
+                )
             if result.info is None or orderinfo.unblock_time_ms(result.info) is None:
                 self._on_unblocked(target.topic, target.group)
         finally:

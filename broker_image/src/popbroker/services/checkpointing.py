@@ -97,7 +97,10 @@ class CheckpointFlusher:
         for queue_key, queue_offset in list(self._pending_commits.items()):
             try:
                 await self._store.commit_offset(
-                    queue_key.group, queue_key.topic, queue_key.queue_id, queue_offset
+                    group=queue_key.group,
+                    topic=queue_key.topic,
+                    queue_id=queue_key.queue_id,
+                    queue_offset=queue_offset,
                 )
             except StoreError as exc:
                 log.warning("committing %s at %d failed: %s", queue_key, queue_offset, exc)

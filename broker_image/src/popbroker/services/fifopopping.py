@@ -71,7 +71,10 @@ class FifoVisitor:
         if result.status in (ReadStatus.OFFSET_TOO_SMALL, ReadStatus.OFFSET_OVERFLOW_BADLY):
             state.order_infos.pop(key, None)
             await self._store.commit_offset(
-                key.group, key.topic, key.queue_id, result.next_queue_offset
+                group=key.group,
+                topic=key.topic,
+                queue_id=key.queue_id,
+                queue_offset=result.next_queue_offset,
             )
             start = result.next_queue_offset
             result = await self._reader.read(attempt, key, start)
@@ -89,7 +92,9 @@ class FifoVisitor:
             found=bool(result.messages),
         )
         if committed != start:
-            await self._store.commit_offset(key.group, key.topic, key.queue_id, committed)
+            await self._store.commit_offset(
+                group=key.group, topic=key.topic, queue_id=key.queue_id, queue_offset=committed
+            )
         if not result.messages:
             return False
         info = orderinfo.on_pop(
@@ -100,7 +105,7 @@ class FifoVisitor:
             attempt_id=request.attempt_id,
         )
         state.order_infos[key] = info
-        live = await self._dead_letter(attempt, key, info, result.messages, start=start)
+        live = await self._dead_letter(attempt, key, info=info, read=result.messages, start=start)
         for message in live:
             attempt.delivered.append(
                 self._reader.delivered(
@@ -119,9 +124,9 @@ class FifoVisitor:
         self,
         attempt: Attempt,
         key: QueueKey,
+        *,
         info: orderinfo.OrderInfo,
         read: tuple[StoredMessage, ...],
-        *,
         start: int,
     ) -> list[StoredMessage]:
         """Dead letters: past the group's maximum, a FIFO message goes to the DLQ, not the client.
@@ -167,6 +172,8 @@ class FifoVisitor:
                 committed = max(committed, acked.next_committed_queue_offset)
         self._state.order_infos[key] = info
         if committed > start:
-            await self._store.commit_offset(key.group, key.topic, key.queue_id, committed)
+            await self._store.commit_offset(
+                group=key.group, topic=key.topic, queue_id=key.queue_id, queue_offset=committed
+            )
         dead_offsets = {m.queue_offset for m in dead}
         return [m for m in read if m.queue_offset not in dead_offsets]

@@ -85,7 +85,9 @@ class QueueReader:
         store = self._store
         committed = init = None
         if pop_cursor is None:
-            committed = await store.committed_offset(key.group, key.topic, key.queue_id)
+            committed = await store.committed_offset(
+                group=key.group, topic=key.topic, queue_id=key.queue_id
+            )
             if committed is None:
                 try:
                     bounds = await store.bounds(key.topic, key.queue_id)
@@ -101,7 +103,12 @@ class QueueReader:
             pop_cursor=pop_cursor, committed_queue_offset=committed, init_queue_offset=init
         )
         if start.initialized:
-            await store.commit_offset(key.group, key.topic, key.queue_id, start.queue_offset)
+            await store.commit_offset(
+                group=key.group,
+                topic=key.topic,
+                queue_id=key.queue_id,
+                queue_offset=start.queue_offset,
+            )
         return start.queue_offset
 
     async def read(

@@ -163,7 +163,10 @@ class Popper:
             buffer.clear_queue(key)
             inflight.clear(key)
             await self._store.commit_offset(
-                key.group, key.topic, key.queue_id, result.next_queue_offset
+                group=key.group,
+                topic=key.topic,
+                queue_id=key.queue_id,
+                queue_offset=result.next_queue_offset,
             )
             return
         read_rest = planning.rest_contribution(

@@ -78,7 +78,7 @@ class PopState:
     )
     order_infos: dict[QueueKey, orderinfo.OrderInfo] = field(default_factory=dict)
     inflight: InflightCounter = field(default_factory=InflightCounter)
-    rng: random.Random = field(default_factory=random.Random)
+    rng: random.Random = field(default_factory=random.Random)  # noqa: S311 - queue choice, not secrets
     request_seq: int = 0
 
     def next_request_seq(self) -> int:

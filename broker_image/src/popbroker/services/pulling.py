@@ -141,12 +141,14 @@ class Puller:
         """The group's committed offset on the queue (``OFFSET_NOT_FOUND`` when none)."""
         await self._queue(topic, queue_id)
         await self._config.group(group)
-        committed = await self._store.committed_offset(group, topic, queue_id)
+        committed = await self._store.committed_offset(group=group, topic=topic, queue_id=queue_id)
         if committed is None:
             raise errors.OffsetNotFound(f"group {group!r} has no offset on {topic}:{queue_id}")
         return committed
 
-    async def update_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+    async def update_offset(
+        self, *, group: str, topic: str, queue_id: int, queue_offset: int
+    ) -> None:
         """Commit ``queue_offset`` for the group (0 .. the queue's max)."""
         await self._queue(topic, queue_id)
         await self._config.group(group)
@@ -155,7 +157,9 @@ class Puller:
             raise errors.IllegalOffset(
                 f"queue offset {queue_offset} outside [0, {bounds.max_queue_offset}]"
             )
-        await self._store.commit_offset(group, topic, queue_id, queue_offset)
+        await self._store.commit_offset(
+            group=group, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+        )
 
     async def query_offset(
         self, topic: str, queue_id: int, *, policy: OffsetPolicy, timestamp_ms: int | None = None

@@ -73,10 +73,12 @@ class Redeliverer:
         done: list[int] = []
         failed: list[int] = []
         dead = 0
-        found = await self._read_span(ck.topic, ck.queue_id, task.queue_offsets, topic_exists)
+        found = await self._read_span(
+            ck.topic, ck.queue_id, queue_offsets=task.queue_offsets, topic_exists=topic_exists
+        )
         for queue_offset in task.queue_offsets:
             verdict, message = found.get(queue_offset) or await self._read_back(
-                ck.topic, ck.queue_id, queue_offset, topic_exists
+                ck.topic, ck.queue_id, queue_offset=queue_offset, topic_exists=topic_exists
             )
             if verdict is ReadVerdict.RETRY_LATER:
                 failed.append(queue_offset)
@@ -116,7 +118,7 @@ class Redeliverer:
         return len(copies) - dead, dead
 
     async def _read_span(
-        self, topic: str, queue_id: int, queue_offsets: tuple[int, ...], topic_exists: bool
+        self, topic: str, queue_id: int, *, queue_offsets: tuple[int, ...], topic_exists: bool
     ) -> dict[int, tuple[ReadVerdict, StoredMessage | None]]:
         """The task's messages in one read when they lie close together (the usual case).
 
@@ -144,7 +146,7 @@ class Redeliverer:
         return found
 
     async def _read_back(
-        self, topic: str, queue_id: int, queue_offset: int, topic_exists: bool
+        self, topic: str, queue_id: int, *, queue_offset: int, topic_exists: bool
     ) -> tuple[ReadVerdict, StoredMessage | None]:
         if not topic_exists:
             return ReadVerdict.SKIP_TOPIC_GONE, None

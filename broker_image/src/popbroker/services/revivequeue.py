@@ -86,7 +86,9 @@ class ReviveQueueWorker:
     ) -> ReviveQueueWorker:
         """A worker starting at the persisted progress (or the queue's minimum)."""
         topic = names.revive_topic(settings.cluster)
-        start = await store.committed_offset(names.REVIVE_GROUP, topic, revive_queue_id)
+        start = await store.committed_offset(
+            group=names.REVIVE_GROUP, topic=topic, queue_id=revive_queue_id
+        )
         if start is None:
             start = (await store.bounds(topic, revive_queue_id)).min_queue_offset
         return cls(
@@ -216,7 +218,10 @@ class ReviveQueueWorker:
             return
         try:
             await self._store.commit_offset(
-                names.REVIVE_GROUP, self._topic, self.revive_queue_id, safe
+                group=names.REVIVE_GROUP,
+                topic=self._topic,
+                queue_id=self.revive_queue_id,
+                queue_offset=safe,
             )
         except StoreError as exc:
             log.warning(

@@ -654,11 +654,15 @@ class LocalStore:
 
     # ------------------------------------------------------------------ offsets
 
-    async def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+    async def commit_offset(
+        self, *, group: str, topic: str, queue_id: int, queue_offset: int
+    ) -> None:
         with self._lock:
-            self.offsets.commit(group, topic, queue_id, queue_offset)
+            self.offsets.commit(
+                group=group, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+            )
 
-    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+    async def committed_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
         with self._lock:
             return self.offsets.get(group, topic, queue_id)
 

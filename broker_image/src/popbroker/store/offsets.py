@@ -31,7 +31,7 @@ class OffsetTable:
     offsets: dict[Key, int] = field(default_factory=dict)
     dirty: bool = False
 
-    def commit(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+    def commit(self, *, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         if queue_offset < 0 or queue_id < 0:
             raise InvalidArgument("queue id and queue offset must be >= 0")
         key = (group, topic, queue_id)

@@ -51,7 +51,7 @@ PLURALS = {
 }
 
 
-def path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+def path(api_version: str, kind: str, *, namespace: str, name: str | None = None) -> str:
     base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
     url = f"{base}/namespaces/{quote(namespace)}/{PLURALS[(api_version, kind)]}"
     return f"{url}/{quote(name)}" if name else url
@@ -125,7 +125,7 @@ class Kube:
     async def apply(self, obj: Obj) -> Obj:
         """Server-side apply ``obj`` (create or update; the operator's fields win)."""
         meta = obj["metadata"]
-        url = path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        url = path(obj["apiVersion"], obj["kind"], namespace=meta["namespace"], name=meta["name"])
         return await self.request(
             "PATCH",
             url,
@@ -154,7 +154,7 @@ async def admin_token(kube: Kube, namespace: str, spec: ClusterSpec) -> str | No
     """The brokers' admin token from ``spec.auth.adminTokenSecret`` (None: no auth)."""
     if spec.admin_token is None:
         return None
-    url = path("v1", "Secret", namespace, spec.admin_token.name)
+    url = path("v1", "Secret", namespace=namespace, name=spec.admin_token.name)
     try:
         secret = await kube.request("GET", url)
     except KubeError as exc:
@@ -174,6 +174,8 @@ async def admin_token(kube: Kube, namespace: str, spec: ClusterSpec) -> str | No
 
 async def broker_pods(kube: Kube, namespace: str, cluster: str) -> list[BrokerPod]:
     """The cluster's broker pods (by label), ordered by ordinal."""
-    raw = await kube.items(path("v1", "Pod", namespace), label_selector=names.pod_selector(cluster))
+    raw = await kube.items(
+        path("v1", "Pod", namespace=namespace), label_selector=names.pod_selector(cluster)
+    )
     pods = [p for p in (broker_pod(cluster, r) for r in raw) if p is not None]
     return sorted(pods, key=lambda p: p.ordinal)

@@ -82,7 +82,7 @@ async def observe_runs(
             if backend == schedule.JOB
             else audit_status.run_from_spark_application
         )
-        url = kube_client.path(api_version, kind, ref.namespace)
+        url = kube_client.path(api_version, kind, namespace=ref.namespace)
         for item in await kube.items(url, label_selector=names.audit_selector(ref.name)):
             run = read(item)
             if run is not None:
@@ -92,11 +92,11 @@ async def observe_runs(
 
 
 async def prune(
-    kube: kube_client.Kube, ref: specs.ObjectRef, kinds: Mapping[str, str], doomed: Sequence[str]
+    kube: kube_client.Kube, ref: specs.ObjectRef, *, kinds: Mapping[str, str], doomed: Sequence[str]
 ) -> None:
     for name in doomed:
         kind = kinds[name]
-        url = kube_client.path(API_VERSIONS[kind], kind, ref.namespace, name)
+        url = kube_client.path(API_VERSIONS[kind], kind, namespace=ref.namespace, name=name)
         try:
             await kube.request("DELETE", url, body={"propagationPolicy": "Background"})
         except errors.KubeError as exc:
@@ -128,7 +128,7 @@ async def start(
         manifest = audit_builders.job(ref, spec, run)
     else:
         manifest = audit_builders.spark_application(ref, spec, run)
-    url = kube_client.path(manifest["apiVersion"], manifest["kind"], ref.namespace)
+    url = kube_client.path(manifest["apiVersion"], manifest["kind"], namespace=ref.namespace)
     try:
         await kube.request("POST", url, body=manifest)
     except errors.KubeError as exc:
@@ -180,7 +180,7 @@ async def patch_audit_status(
     the new one lacks are removed (merge-patch ``null``); conditions are only sent when
     ``AuditHealthy`` changes, so other conditions are never written from a stale copy.
     """
-    url = kube_client.path(names.API_VERSION, KIND, ref.namespace, ref.name)
+    url = kube_client.path(names.API_VERSION, KIND, namespace=ref.namespace, name=ref.name)
     for _attempt in range(2):
         fresh = await kube.get_or_none(url)
         if fresh is None:
@@ -243,7 +243,7 @@ async def read(kube: kube_client.Kube, body: kopf.Body) -> dict[str, Any] | None
     """Step 1: the cluster fresh from the API; None when it is gone or going."""
     ref = specs.ObjectRef.from_body(KIND, body)
     fresh = await kube.get_or_none(
-        kube_client.path(names.API_VERSION, KIND, ref.namespace, ref.name)
+        kube_client.path(names.API_VERSION, KIND, namespace=ref.namespace, name=ref.name)
     )
     if fresh is None or fresh["metadata"].get("deletionTimestamp"):
         return None
@@ -365,7 +365,7 @@ async def tick(kube: kube_client.Kube, body: kopf.Body, now: datetime.datetime) 
         return
     runs, kinds = await observe_runs(kube, ref, spark_installed=installed)
     planned = plan_runs(fresh, spec, runs=runs, now=now)
-    await prune(kube, ref, kinds, planned.plan.prune)
+    await prune(kube, ref, kinds=kinds, doomed=planned.plan.prune)
     kept = [r for r in runs if r.name not in planned.plan.prune]
     plan, started = await start_due(
         kube, body, ref, plan=planned.plan, spec=spec, backend=backend, status=status,

@@ -250,7 +250,9 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         runtime.write_status(patch, body, updates)
         return updates
     sts = await rt.kube.get_or_none(
-        kube_client.path("apps/v1", "StatefulSet", ref.namespace, names.statefulset(ref.name))
+        kube_client.path(
+            "apps/v1", "StatefulSet", namespace=ref.namespace, name=names.statefulset(ref.name)
+        )
     )
     current = int(sts["spec"]["replicas"]) if sts else None
     pods = await kube_client.broker_pods(rt.kube, ref.namespace, ref.name)
@@ -290,6 +292,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
 @kopf.on.create(names.GROUP, names.VERSION, "brokerclusters")
 @kopf.on.update(names.GROUP, names.VERSION, "brokerclusters")
 async def changed(
+    *,
     body: kopf.Body,
     patch: kopf.Patch,
     memo: kopf.Memo,

@@ -114,7 +114,7 @@ async def cluster_spec(
     rt: runtime.Runtime, namespace: str, cluster: str
 ) -> tuple[kopf.Body | dict[str, Any], specs.ClusterSpec] | None:
     body = await rt.kube.get_or_none(
-        kube_client.path(names.API_VERSION, "BrokerCluster", namespace, cluster)
+        kube_client.path(names.API_VERSION, "BrokerCluster", namespace=namespace, name=cluster)
     )
     if body is None or body["metadata"].get("deletionTimestamp"):
         return None

@@ -52,7 +52,7 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     """
     rt = runtime.get(memo)
     cluster, ns = labels[names.LABEL_CLUSTER], namespace or ""
-    url = kube_client.path(names.API_VERSION, CLUSTER, ns, cluster)
+    url = kube_client.path(names.API_VERSION, CLUSTER, namespace=ns, name=cluster)
     body = await rt.kube.get_or_none(url)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
@@ -76,7 +76,7 @@ async def poke_dependents(
         return
     ref = specs.ObjectRef.from_body(CLUSTER, body)
     for kind in DEPENDENTS:
-        url = kube_client.path(names.API_VERSION, kind, ref.namespace)
+        url = kube_client.path(names.API_VERSION, kind, namespace=ref.namespace)
         for item in await rt.kube.items(url):
             if (item.get("spec") or {}).get("clusterRef", {}).get("name") != ref.name:
                 continue

@@ -63,6 +63,7 @@ def _scheduled_at(body: Mapping[str, Any]) -> datetime.datetime | None:
 def _run(
     body: Mapping[str, Any],
     scheduled: datetime.datetime,
+    *,
     state: RunState,
     finished: datetime.datetime | None = None,
     message: str = "",
@@ -92,10 +93,12 @@ def run_from_job(body: Mapping[str, Any]) -> Run | None:
         )
         message = str(cond.get("message") or cond.get("reason") or "")
         if cond.get("type") in JOB_SUCCESS:
-            return _run(body, scheduled, RunState.SUCCEEDED, finished, message)
+            return _run(
+                body, scheduled, state=RunState.SUCCEEDED, finished=finished, message=message
+            )
         if cond.get("type") in JOB_FAILURE:
-            return _run(body, scheduled, RunState.FAILED, finished, message)
-    return _run(body, scheduled, RunState.ACTIVE)
+            return _run(body, scheduled, state=RunState.FAILED, finished=finished, message=message)
+    return _run(body, scheduled, state=RunState.ACTIVE)
 
 
 def run_from_spark_application(body: Mapping[str, Any]) -> Run | None:
@@ -107,10 +110,10 @@ def run_from_spark_application(body: Mapping[str, Any]) -> Run | None:
     message = str((status.get("applicationState") or {}).get("errorMessage", ""))
     finished = parse_time(status.get("terminationTime"))
     if state in SPARK_SUCCESS:
-        return _run(body, scheduled, RunState.SUCCEEDED, finished, message)
+        return _run(body, scheduled, state=RunState.SUCCEEDED, finished=finished, message=message)
     if state in SPARK_FAILURE:
-        return _run(body, scheduled, RunState.FAILED, finished, message)
-    return _run(body, scheduled, RunState.ACTIVE)
+        return _run(body, scheduled, state=RunState.FAILED, finished=finished, message=message)
+    return _run(body, scheduled, state=RunState.ACTIVE)
 
 
 def newest_finished(runs: Sequence[Run]) -> Run | None:

@@ -197,14 +197,16 @@ class RemoteStore:
 
     # ------------------------------------------------------------ offsets
 
-    async def commit_offset(self, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
+    async def commit_offset(
+        self, *, group: str, topic: str, queue_id: int, queue_offset: int
+    ) -> None:
         with convert.refusing_bad_values("commit_offset"):
             request = pb.CommitOffsetRequest(
                 group=group, topic=topic, queue_id=queue_id, queue_offset=queue_offset
             )
         await self._call(self._stub.CommitOffset, request)
 
-    async def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+    async def committed_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
         with convert.refusing_bad_values("committed_offset"):
             request = pb.CommittedOffsetRequest(group=group, topic=topic, queue_id=queue_id)
         response = await self._call(self._stub.CommittedOffset, request)

@@ -163,7 +163,10 @@ class StoreServicer(pb_grpc.StoreServicer):
         self, request: pb.CommitOffsetRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommitOffsetResponse:
         await self._store.commit_offset(
-            request.group, request.topic, request.queue_id, request.queue_offset
+            group=request.group,
+            topic=request.topic,
+            queue_id=request.queue_id,
+            queue_offset=request.queue_offset,
         )
         return pb.CommitOffsetResponse()
 
@@ -172,7 +175,7 @@ class StoreServicer(pb_grpc.StoreServicer):
         self, request: pb.CommittedOffsetRequest, context: grpc.aio.ServicerContext
     ) -> pb.CommittedOffsetResponse:
         queue_offset = await self._store.committed_offset(
-            request.group, request.topic, request.queue_id
+            group=request.group, topic=request.topic, queue_id=request.queue_id
         )
         return pb.CommittedOffsetResponse(queue_offset=queue_offset)
 
