@@ -30,11 +30,12 @@ $(STAMP): requirements/dev.txt $(foreach p,$(PKGS),$(p)/pyproject.toml)
 
 setup: $(STAMP) ## create .venv and install every package and dev tool
 
-lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, import-linter
+lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, import-linter, dead code (vulture)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy broker_image/src api/src operator/src spark_operator_jobs/src e2e/testbed/src e2e/testbed/tests tests bench
 	$(VENV)/bin/lint-imports
+	$(PY) tools/deadcode.py
 
 fmt: $(STAMP) ## apply ruff fixes and formatting
 	$(VENV)/bin/ruff check --fix .

@@ -70,3 +70,28 @@ _.DATE_FORMAT  # auth/signature: the x-mq-date-time form clients stamp (tests si
 
 # -- the in-memory BrokerAdmin fake mirrors the real signature; it keeps no store times.
 _.include_store_times
+
+# -- an enum member found by value (grpc/convert.py: OffsetPolicy(name)).
+_.TIMESTAMP
+
+# -- the writer side of a flag the code reads: `popbroker store --settings-json` is parsed by
+#    roles/store.py; its launchers (tests, bench/store_wire.py) write it with this.
+_.settings_to_json
+
+# -- parsed from a ConsumerGroup: documentation of the clients' filter (the CRD says the
+#    brokers filter by what each client sends, not by this field).
+_.filter_type
+
+# -- what a value reports, asserted by the tests of the code that returns it; not yet
+#    exported as metrics (StepReport of a revive step, a send receipt's delayed flag, the
+#    queue lock table's takeover count, the checkpoint buffer's read of one buffered CK).
+_.dead_lettered
+_.delayed_delivered
+_.failed_tasks
+_.delayed
+_.takeovers
+_.buffered
+
+# -- a synchronous close for the store tests that simulate a crash between two opens (32
+#    callers there); production closes through the async close().
+_.close_sync

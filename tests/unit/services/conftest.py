@@ -24,6 +24,7 @@ from popbroker.services.popack import PopackServices
 from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.reviving import ReviveService
 from popbroker.services.routing import Endpoint
+from popbroker.services.sending import Sender
 from popbroker.services.settings import PopackSettings, ReviveRoleSettings
 from popbroker.store import names
 from popbroker.store.api import GroupConfig, MessageType, TopicConfig
@@ -77,7 +78,7 @@ class Broker:
             message_group=message_group,
             delivery_timestamp_ms=delivery_timestamp_ms,
         )
-        return await self.popack.sender.send(message)
+        return await send_one(self.popack.sender, message)
 
     async def receive(
         self,
@@ -152,3 +153,11 @@ async def broker(tmp_path: Path, clock: FakeClock) -> AsyncIterator[Broker]:
         yield Broker(store=store, clock=clock, popack=popack, revive=revive)
     finally:
         await store.close()
+
+
+async def send_one(sender: Sender, message: OutgoingMessage) -> SendReceipt:
+    """``Sender.send_batch`` of one message: its receipt, or its error raised."""
+    (outcome,) = await sender.send_batch([message])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome

@@ -15,7 +15,7 @@ from popbroker.services.popack import PopackServices
 from popbroker.services.popattempt import PopOutcome, PopRequest
 from popbroker.services.receiving import ReceiveRequest
 from popbroker.services.routing import Endpoint
-from tests.unit.services.conftest import GROUP, TOPIC, Broker
+from tests.unit.services.conftest import GROUP, TOPIC, Broker, send_one
 
 
 async def _until(predicate: Callable[[], bool], *, timeout_s: float = 5.0) -> None:
@@ -65,8 +65,9 @@ async def test_too_many_parked_requests(broker: Broker) -> None:
     await _until(lambda: popack.polling.parked == 1)
     with pytest.raises(errors.TooManyRequests):
         await popack.receiver.receive(_request(10_000))
-    await popack.sender.send(
-        OutgoingMessage(topic=TOPIC, body=b"x", message_id="x", kind=MessageKind.NORMAL)
+    await send_one(
+        popack.sender,
+        OutgoingMessage(topic=TOPIC, body=b"x", message_id="x", kind=MessageKind.NORMAL),
     )
     popack.polling.notify_arrival(TOPIC)
     assert len(await asyncio.wait_for(first, 5)) == 1

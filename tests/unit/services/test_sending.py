@@ -13,7 +13,7 @@ from popbroker.services.messages import MessageKind, OutgoingMessage, SendReceip
 from popbroker.services.sending import Sender
 from popbroker.store import errors as store_errors
 from popbroker.store.api import AppendResult, MessageToAppend, StoreApi
-from tests.unit.services.conftest import TOPIC, Broker
+from tests.unit.services.conftest import TOPIC, Broker, send_one
 
 
 async def test_repeated_message_id_is_stored_once(broker: Broker) -> None:
@@ -59,7 +59,7 @@ async def test_invalid_sends_are_refused(
     broker: Broker, message: OutgoingMessage, error: type[Exception]
 ) -> None:
     with pytest.raises(error):
-        await broker.popack.sender.send(message)
+        await send_one(broker.popack.sender, message)
 
 
 async def test_delay_message_is_delivered_when_due(broker: Broker) -> None:
@@ -106,12 +106,12 @@ async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker
         clock=broker.clock,
     )
     message = OutgoingMessage(TOPIC, b"retried", "RETRIED", MessageKind.NORMAL)
-    first = asyncio.create_task(sender.send(message))
+    first = asyncio.create_task(send_one(sender, message))
     await asyncio.sleep(0)  # let the first attempt start its append
     first.cancel()
     with pytest.raises(asyncio.CancelledError):
         await first
-    second = asyncio.create_task(sender.send(message))
+    second = asyncio.create_task(send_one(sender, message))
     gated.gate.set()
     receipt = await asyncio.wait_for(second, 5)
     assert receipt.message_id == "RETRIED"

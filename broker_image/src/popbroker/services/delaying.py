@@ -63,11 +63,5 @@ class DelayLedger:
             heapq.heappop(self._by_offset)
         return self._by_offset[0] if self._by_offset else None
 
-    def next_due_ms(self) -> int | None:
-        """When the earliest pending record is due."""
-        while self._by_time and self._by_time[0][1] not in self._pending:
-            heapq.heappop(self._by_time)
-        return self._by_time[0][0] if self._by_time else None
-
     def __len__(self) -> int:
         return len(self._pending)

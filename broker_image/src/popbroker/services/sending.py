@@ -98,13 +98,6 @@ class Sender:
         self._sent: OrderedDict[tuple[str, str], _Sent] = OrderedDict()
         self._appends: set[asyncio.Task[None]] = set()  # running appends (kept referenced)
 
-    async def send(self, message: OutgoingMessage) -> SendReceipt:
-        """Steps 1-5 for one message; raises its error."""
-        (outcome,) = await self.send_batch([message])
-        if isinstance(outcome, Exception):
-            raise outcome
-        return outcome
-
     async def send_batch(self, batch: Sequence[OutgoingMessage]) -> list[SendOutcome]:
         """Steps 1-5 for a request: a receipt or the error, per message, in order."""
         checked: list[TopicConfig | Exception] = []
