@@ -16,7 +16,11 @@ Behaviour callers rely on:
   for UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) whose ``target`` is
   this broker; an unreachable broker is :class:`~popfleet_api.errors.Unavailable`;
 * answers are :mod:`popfleet_api.models` values, never protobuf messages;
-* scans yield pages; a caller that stops early (``break``) cancels the stream.
+* scans yield pages; a caller that stops early (``break``) cancels the stream;
+* ``topics(names=...)`` and ``groups(names=...)`` answer only the named objects
+  (unknown names are absent; an empty ``names`` answers ``[]`` without a call).
+  A broker that predates the request's ``names`` field answers everything; the
+  client filters that answer, so the result is the same against either broker.
 
 Use as ``async with BrokerAdmin("10.0.0.7:9877", token=...) as admin: ...``,
 created inside the event loop that uses it (a grpc.aio channel belongs to one loop).
@@ -25,7 +29,7 @@ created inside the event loop that uses it (a grpc.aio channel belongs to one lo
 from __future__ import annotations
 
 import urllib.parse
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import grpc
@@ -98,13 +102,19 @@ class BrokerAdminApi(Protocol):
 
     async def delete_topic(self, name: str) -> None: ...
 
-    async def topics(self, *, include_system: bool = False) -> list[models.Topic]: ...
+    async def topics(
+        self, *, include_system: bool = False, names: Collection[str] | None = None
+    ) -> list[models.Topic]:
+        """Sorted by name; with ``names`` only those (unknown ones absent), see the module."""
+        ...
 
     async def put_group(self, group: models.Group) -> models.PutGroupResult: ...
 
     async def delete_group(self, name: str) -> None: ...
 
-    async def groups(self) -> list[models.Group]: ...
+    async def groups(self, *, names: Collection[str] | None = None) -> list[models.Group]:
+        """Sorted by name; with ``names`` only those (unknown ones absent), see the module."""
+        ...
 
     async def set_consume_mode(
         self,
@@ -237,10 +247,18 @@ class BrokerAdmin:
     async def delete_topic(self, name: str) -> None:
         await self._call(self._stub.DeleteTopic, pb.DeleteTopicRequest(name=name))
 
-    async def topics(self, *, include_system: bool = False) -> list[models.Topic]:
-        request = pb.ListTopicsRequest(include_system=include_system)
+    async def topics(
+        self, *, include_system: bool = False, names: Collection[str] | None = None
+    ) -> list[models.Topic]:
+        if names is not None and not names:
+            return []
+        request = pb.ListTopicsRequest(include_system=include_system, names=sorted(names or ()))
         answer = await self._call(self._stub.ListTopics, request)
-        return [convert.topic_from_pb(t) for t in answer.topics]
+        return [
+            convert.topic_from_pb(t)
+            for t in answer.topics
+            if names is None or t.name in names  # an older broker answers every topic
+        ]
 
     async def put_group(self, group: models.Group) -> models.PutGroupResult:
         request = pb.PutGroupRequest(group=convert.group_to_pb(group))
@@ -252,9 +270,16 @@ class BrokerAdmin:
     async def delete_group(self, name: str) -> None:
         await self._call(self._stub.DeleteGroup, pb.DeleteGroupRequest(name=name))
 
-    async def groups(self) -> list[models.Group]:
-        answer = await self._call(self._stub.ListGroups, pb.ListGroupsRequest())
-        return [convert.group_from_pb(g) for g in answer.groups]
+    async def groups(self, *, names: Collection[str] | None = None) -> list[models.Group]:
+        if names is not None and not names:
+            return []
+        request = pb.ListGroupsRequest(names=sorted(names or ()))
+        answer = await self._call(self._stub.ListGroups, request)
+        return [
+            convert.group_from_pb(g)
+            for g in answer.groups
+            if names is None or g.name in names  # an older broker answers every group
+        ]
 
     # ------------------------------------------------------------------ consume modes
 

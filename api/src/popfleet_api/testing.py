@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import replace
 
 from popfleet_api import errors, models
@@ -187,7 +187,11 @@ class InMemoryBrokerAdmin:
         self._modes = {k: v for k, v in self._modes.items() if k[1] != name}
         self._offsets = {k: v for k, v in self._offsets.items() if k.topic != name}
 
-    async def topics(self, *, include_system: bool = False) -> list[models.Topic]:
+    async def topics(
+        self, *, include_system: bool = False, names: Collection[str] | None = None
+    ) -> list[models.Topic]:
+        if names is not None and not names:
+            return []
         self._enter("topics")
         topics = sorted(self._topics.values(), key=lambda t: t.name)
         if include_system:
@@ -198,7 +202,7 @@ class InMemoryBrokerAdmin:
                 system=True,
             )
             topics = sorted([*topics, revive], key=lambda t: t.name)
-        return topics
+        return [t for t in topics if names is None or t.name in names]
 
     async def put_group(self, group: models.Group) -> models.PutGroupResult:
         self._enter("put_group")
@@ -217,9 +221,12 @@ class InMemoryBrokerAdmin:
         self._modes = {k: v for k, v in self._modes.items() if k[0] != name}
         self._offsets = {k: v for k, v in self._offsets.items() if k.group != name}
 
-    async def groups(self) -> list[models.Group]:
+    async def groups(self, *, names: Collection[str] | None = None) -> list[models.Group]:
+        if names is not None and not names:
+            return []
         self._enter("groups")
-        return sorted(self._groups.values(), key=lambda g: g.name)
+        groups = sorted(self._groups.values(), key=lambda g: g.name)
+        return [g for g in groups if names is None or g.name in names]
 
     def _require_group(self, name: str) -> None:
         if name not in self._groups:

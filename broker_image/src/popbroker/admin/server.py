@@ -14,6 +14,8 @@
   kubelet gRPC probes carry none, and health reveals nothing.
 * **Health**: SERVING for ``""`` and ``popfleet.admin.v1.BrokerAdmin`` once
   started; ``set_serving(False)`` (and ``stop``) turn it NOT_SERVING.
+* **Metrics**: with ``metrics`` every answered call is counted in
+  ``popfleet_admin_requests_total{method,code}`` (:mod:`popbroker.metrics.admin`).
 * **Pop state**: ``pop_state`` is the services' live
   :class:`~popbroker.inspect.popstate.PopStateProvider`; without it the server
   uses :class:`~popbroker.inspect.popstate.StorePopState`.
@@ -32,10 +34,10 @@ from typing import Any
 import grpc
 
 from popbroker.admin.errors import REASON_METADATA_KEY
-from popbroker.admin.servicer import AdminServicer
+from popbroker.admin.servicer import AdminServicer, AdminStore
 from popbroker.health import Health
 from popbroker.inspect.popstate import PopStateProvider, StorePopState
-from popbroker.store.api import StoreApi
+from popbroker.metrics.admin import AdminMetrics
 from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
 
 log = logging.getLogger(__name__)
@@ -134,7 +136,7 @@ class AdminServer:
 
 
 async def serve_admin(
-    store: StoreApi,
+    store: AdminStore,
     *,
     listen: str,
     token: str | None = None,
@@ -142,6 +144,7 @@ async def serve_admin(
     client_endpoint: str | None = None,
     ready: Callable[[], bool] | None = None,
     clock: Callable[[], int] = wall_clock_ms,
+    metrics: AdminMetrics | None = None,
 ) -> AdminServer:
     """Start the admin API on ``listen`` (``HOST:PORT``); see the module docstring.
 
@@ -157,6 +160,7 @@ async def serve_admin(
         clock=clock,
         client_endpoint=client_endpoint,
         ready=ready,
+        metrics=metrics,
     )
     pb_grpc.add_BrokerAdminServicer_to_server(servicer, server)
     health = Health(SERVICE_NAME)

@@ -6,12 +6,23 @@ Each RPC, as numbered steps:
      field ends the call with INVALID_ARGUMENT before anything is read.
   2. Check it against the current state: unknown names are NOT_FOUND, shrinking
      queues and deleting system topics FAILED_PRECONDITION.
-  3. Only then change the store. Config changes run one at a time under one
-     lock, so steps 2 and 3 see the same state (the store checks again,
-     atomically, and its errors map through :mod:`popbroker.admin.errors`).
+  3. Only then change the store. Changes to one config object (a topic, a
+     group, the member list; a consume mode holds its group's and its topic's)
+     run one at a time under that object's lock, so steps 2 and 3 see the same
+     state (the store checks again, atomically, and its errors map through
+     :mod:`popbroker.admin.errors`). Changes to different objects run
+     concurrently, so their config-file writes are shared (the store
+     group-commits them, see :mod:`popbroker.store.local`).
 
 A refusal therefore always means "nothing changed". Any other exception is
-logged here and answered INTERNAL: bad input never crashes the role.
+logged here and answered INTERNAL: bad input never crashes the role. Every
+answered call is counted in ``popfleet_admin_requests_total``
+(:mod:`popbroker.metrics.admin`) when metrics are on.
+
+Reads of one object are O(1) on the store (:class:`AdminStore`): the operator
+reads each Topic, ConsumerGroup and consume mode by name (``ListTopics`` and
+``ListGroups`` with ``names``, ``GetConsumeMode``), so its per-object work does
+not grow with the number of objects on the broker.
 
 Callers: :mod:`popbroker.admin.server`.
 """
@@ -21,10 +32,11 @@ Callers: :mod:`popbroker.admin.server`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any, Protocol, TypeVar
 
 import grpc
 
@@ -40,8 +52,9 @@ from popbroker.admin.errors import (
 )
 from popbroker.inspect import inspecting
 from popbroker.inspect.popstate import PopStateProvider
+from popbroker.metrics.admin import AdminMetrics
 from popbroker.store import names
-from popbroker.store.api import ConsumeModeConfig, StoreApi
+from popbroker.store.api import ConsumeModeConfig, GroupConfig, StoreApi, TopicConfig
 from popbroker.store.errors import StoreError
 from popfleet_api.admin.v1 import admin_pb2 as pb
 from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
@@ -54,6 +67,64 @@ _Resp = TypeVar("_Resp")
 _Self = TypeVar("_Self", bound="AdminServicer")
 
 
+class AdminStore(StoreApi, Protocol):
+    """The store as the admin API uses it: ``StoreApi`` plus O(1) reads of one object.
+
+    ``LocalStore`` is one: the admin server runs in the process that owns the store.
+    """
+
+    async def topic(self, name: str) -> TopicConfig | None: ...
+
+    async def group(self, name: str) -> GroupConfig | None: ...
+
+    async def consume_mode(self, *, group: str, topic: str) -> ConsumeModeConfig | None: ...
+
+
+class ObjectLocks:
+    """One asyncio lock per config object key, kept only while someone holds or awaits it."""
+
+    def __init__(self) -> None:
+        self._locks: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def holding(self, keys: Iterable[str]) -> AsyncIterator[None]:
+        """Hold every key's lock (taken in sorted order, so two holders never deadlock)."""
+        ordered = sorted(set(keys))
+        for key in ordered:
+            lock, users = self._locks.get(key, (asyncio.Lock(), 0))
+            self._locks[key] = (lock, users + 1)
+        taken: list[asyncio.Lock] = []
+        try:
+            for key in ordered:
+                lock = self._locks[key][0]
+                await lock.acquire()
+                taken.append(lock)
+            yield
+        finally:
+            for lock in reversed(taken):
+                lock.release()
+            for key in ordered:
+                lock, users = self._locks[key]
+                if users == 1:
+                    del self._locks[key]
+                else:
+                    self._locks[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._locks)
+
+
+def _topic_key(name: str) -> str:
+    return f"topic/{name}"
+
+
+def _group_key(name: str) -> str:
+    return f"group/{name}"
+
+
+MEMBERS_KEY = "members"
+
+
 def _status_of(method: str, exc: BaseException) -> tuple[grpc.StatusCode, str, str]:
     if isinstance(exc, AdminRefusal):
         return exc.code, exc.reason, exc.message
@@ -64,8 +135,11 @@ def _status_of(method: str, exc: BaseException) -> tuple[grpc.StatusCode, str, s
     return grpc.StatusCode.INTERNAL, "INTERNAL", f"internal error in {method}: {type(exc).__name__}"
 
 
-async def _abort(context: grpc.aio.ServicerContext, method: str, exc: BaseException) -> None:
+async def _abort(
+    servicer: AdminServicer, context: grpc.aio.ServicerContext, *, method: str, exc: BaseException
+) -> None:
     code, reason, message = _status_of(method, exc)
+    servicer.count(method, code.name)
     await context.abort(code, message, trailing_metadata=((REASON_METADATA_KEY, reason),))
 
 
@@ -77,10 +151,13 @@ def _answering(
     @functools.wraps(method)
     async def wrapper(self: _Self, request: _Req, context: grpc.aio.ServicerContext) -> _Resp:
         try:
-            return await method(self, request, context)
+            answer = await method(self, request, context)
         except Exception as exc:  # noqa: BLE001 -- the edge: refusals, store errors, bugs
             failure: Exception = exc
-        await _abort(context, method.__name__, failure)
+        else:
+            self.count(method.__name__, "OK")
+            return answer
+        await _abort(self, context, method=method.__name__, exc=failure)
         raise AssertionError("context.abort returned")  # pragma: no cover
 
     return wrapper
@@ -98,10 +175,12 @@ def _streaming(
         try:
             async for item in method(self, request, context):
                 yield item
-            return
         except Exception as exc:  # noqa: BLE001 -- the edge: refusals, store errors, bugs
             failure: Exception = exc
-        await _abort(context, method.__name__, failure)
+        else:
+            self.count(method.__name__, "OK")
+            return
+        await _abort(self, context, method=method.__name__, exc=failure)
 
     return wrapper
 
@@ -111,19 +190,26 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
 
     def __init__(
         self,
-        store: StoreApi,
+        store: AdminStore,
         *,
         pop_state: PopStateProvider,
         clock: Clock,
         client_endpoint: str | None = None,
         ready: Callable[[], bool] | None = None,
+        metrics: AdminMetrics | None = None,
     ) -> None:
         self._store = store
         self._pop_state = pop_state
         self._clock = clock
         self._client_endpoint = client_endpoint
         self._ready = ready
-        self._config_lock = asyncio.Lock()
+        self._metrics = metrics
+        self._config_locks = ObjectLocks()
+
+    def count(self, method: str, code: str) -> None:
+        """One answered call, in ``popfleet_admin_requests_total`` when metrics are on."""
+        if self._metrics is not None:
+            self._metrics.count(method, code)
 
     # ------------------------------------------------------------------ broker and members
 
@@ -132,8 +218,7 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
         self, request: pb.GetBrokerInfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.BrokerInfo:
         info = await self._store.info()
-        topics = {t.name: t for t in await self._store.topics()}
-        revive = topics.get(names.revive_topic(info.cluster))
+        revive = await self._store.topic(names.revive_topic(info.cluster))
         endpoint = self._client_endpoint
         if endpoint is None:
             mine = [m for m in await self._store.members() if m.broker_name == info.broker_name]
@@ -157,7 +242,7 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
         self, request: pb.SetMembersRequest, context: grpc.aio.ServicerContext
     ) -> pb.SetMembersResponse:
         members = convert.members_from_pb(request.members)
-        async with self._config_lock:
+        async with self._config_locks.holding([MEMBERS_KEY]):
             await self._store.set_members(members)
             stored = await self._store.members()
         return pb.SetMembersResponse(members=[convert.member_to_pb(m) for m in stored])
@@ -178,8 +263,8 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
         if not request.HasField("topic"):
             raise InvalidArgument("topic: missing", reason="MISSING_FIELD")
         wanted = convert.topic_from_pb(request.topic)
-        async with self._config_lock:
-            current = {t.name: t for t in await self._store.topics()}.get(wanted.name)
+        async with self._config_locks.holding([_topic_key(wanted.name)]):
+            current = await self._store.topic(wanted.name)
             if current is not None:
                 convert.check_no_shrink(current, wanted)
             stored = await self._store.put_topic(wanted)
@@ -189,8 +274,8 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
     async def DeleteTopic(
         self, request: pb.DeleteTopicRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteTopicResponse:
-        async with self._config_lock:
-            if request.name not in {t.name for t in await self._store.topics()}:
+        async with self._config_locks.holding([_topic_key(request.name)]):
+            if await self._store.topic(request.name) is None:
                 raise NotFound(f"topic {request.name!r} does not exist", reason="UNKNOWN_TOPIC")
             if names.is_system_topic(request.name):
                 raise FailedPrecondition(
@@ -203,7 +288,11 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
     async def ListTopics(
         self, request: pb.ListTopicsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListTopicsResponse:
-        topics = sorted(await self._store.topics(), key=lambda t: t.name)
+        if request.names:
+            found = [await self._store.topic(name) for name in sorted(set(request.names))]
+            topics = [t for t in found if t is not None]
+        else:
+            topics = sorted(await self._store.topics(), key=lambda t: t.name)
         return pb.ListTopicsResponse(
             topics=[
                 convert.topic_to_pb(t)
@@ -221,8 +310,8 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
         if not request.HasField("group"):
             raise InvalidArgument("group: missing", reason="MISSING_FIELD")
         wanted = convert.group_from_pb(request.group)
-        async with self._config_lock:
-            existed = wanted.name in {g.name for g in await self._store.groups()}
+        async with self._config_locks.holding([_group_key(wanted.name)]):
+            existed = await self._store.group(wanted.name) is not None
             stored = await self._store.put_group(wanted)
         return pb.PutGroupResponse(group=convert.group_to_pb(stored), created=not existed)
 
@@ -230,7 +319,7 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
     async def DeleteGroup(
         self, request: pb.DeleteGroupRequest, context: grpc.aio.ServicerContext
     ) -> pb.DeleteGroupResponse:
-        async with self._config_lock:
+        async with self._config_locks.holding([_group_key(request.name)]):
             await self._require_group(request.name)
             await self._store.delete_group(request.name)
         return pb.DeleteGroupResponse()
@@ -239,15 +328,19 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
     async def ListGroups(
         self, request: pb.ListGroupsRequest, context: grpc.aio.ServicerContext
     ) -> pb.ListGroupsResponse:
-        groups = sorted(await self._store.groups(), key=lambda g: g.name)
+        if request.names:
+            found = [await self._store.group(name) for name in sorted(set(request.names))]
+            groups = [g for g in found if g is not None]
+        else:
+            groups = sorted(await self._store.groups(), key=lambda g: g.name)
         return pb.ListGroupsResponse(groups=[convert.group_to_pb(g) for g in groups])
 
     async def _require_group(self, name: str) -> None:
-        if name not in {g.name for g in await self._store.groups()}:
+        if await self._store.group(name) is None:
             raise NotFound(f"group {name!r} does not exist", reason="UNKNOWN_GROUP")
 
     async def _require_user_topic(self, name: str) -> None:
-        if names.is_system_topic(name) or name not in {t.name for t in await self._store.topics()}:
+        if names.is_system_topic(name) or await self._store.topic(name) is None:
             raise NotFound(f"topic {name!r} does not exist", reason="UNKNOWN_TOPIC")
 
     # ------------------------------------------------------------------ consume modes
@@ -257,7 +350,8 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
         self, request: pb.SetConsumeModeRequest, context: grpc.aio.ServicerContext
     ) -> pb.ConsumeModeSetting:
         wanted = convert.consume_mode_from_pb(request)
-        async with self._config_lock:
+        keys = [_group_key(wanted.group), _topic_key(wanted.topic)]
+        async with self._config_locks.holding(keys):
             await self._require_group(wanted.group)
             await self._require_user_topic(wanted.topic)
             stored = await self._store.put_consume_mode(wanted)
@@ -271,9 +365,9 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
         convert.check_name(request.topic, kind="topic")
         await self._require_group(request.group)
         await self._require_user_topic(request.topic)
-        for mode in await self._store.consume_modes():
-            if (mode.group, mode.topic) == (request.group, request.topic):
-                return convert.consume_mode_to_pb(mode, explicitly_set=True)
+        mode = await self._store.consume_mode(group=request.group, topic=request.topic)
+        if mode is not None:
+            return convert.consume_mode_to_pb(mode, explicitly_set=True)
         default = ConsumeModeConfig(group=request.group, topic=request.topic)
         return convert.consume_mode_to_pb(default, explicitly_set=False)
 

@@ -9,6 +9,7 @@
     in-flight POP messages.
   * :mod:`popbroker.metrics.revive` — revive lag, ledger state, retry and DLQ depths.
   * :mod:`popbroker.metrics.store` — the store's flush latency histogram.
+  * :mod:`popbroker.metrics.admin` — admin API calls by method and status code.
 
 Submodules are imported one by one (this package imports nothing), so the store
 role can use :mod:`popbroker.metrics.store` without the services layer.

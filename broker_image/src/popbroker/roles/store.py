@@ -14,7 +14,9 @@ answers the operator's and the audits' admin calls (DESIGN §3): the admin serve
 runs in the store process, beside the wire server the popack and revive roles
 use. The admin server's health (grpc.health.v1) is what the pod's readiness
 probe asks. ``--metrics-listen`` serves the store's Prometheus metrics
-(``popfleet_store_flush_seconds``, :mod:`popbroker.metrics.store`). Without
+(``popfleet_store_flush_seconds``, :mod:`popbroker.metrics.store`) and, with
+the admin API on, its call counts (``popfleet_admin_requests_total``,
+:mod:`popbroker.metrics.admin`). Without
 ``--admin-listen`` and ``--metrics-listen`` it is the bare store role the
 cross-process contract suite and the store benchmarks start
 (``python -m popbroker.roles.store``). Readiness of the wire API is the store
@@ -44,6 +46,7 @@ from prometheus_client import CollectorRegistry
 
 from popbroker.admin import server as admin_server
 from popbroker.metrics import exposition
+from popbroker.metrics.admin import AdminMetrics
 from popbroker.metrics.store import observe_flushes
 from popbroker.roles import running
 from popbroker.store import errors
@@ -74,14 +77,18 @@ def _companions(admin: Companion, token: str | None, metrics: Companion) -> Comp
 
     async def start(store: LocalStore) -> Callable[[], Awaitable[None]]:
         stops: list[Callable[[], Awaitable[None]]] = []
+        admin_metrics = None
         if metrics.listen:
             registry = CollectorRegistry()
             observe_flushes(store.flusher, registry)
+            admin_metrics = AdminMetrics(registry) if admin.listen else None
             metrics_server = await exposition.serve_metrics(metrics.listen, registry)
             running.write_port(metrics.port_file, metrics_server.port)
             stops.append(metrics_server.stop)
         if admin.listen:
-            admin_api = await admin_server.serve_admin(store, listen=admin.listen, token=token)
+            admin_api = await admin_server.serve_admin(
+                store, listen=admin.listen, token=token, metrics=admin_metrics
+            )
             running.write_port(admin.port_file, admin_api.port)
             stops.append(admin_api.stop)
 

@@ -16,6 +16,25 @@ retention. One lock (``self._lock``) guards every file and table; fsync of the
 commit log happens outside it, so concurrent appends share one fsync (group
 commit).
 
+Config writes (``put_topic``, ``put_group``, ``put_consume_mode``, ``set_members``,
+the deletes) are group-committed the same way, so a burst of admin calls costs a
+few rewrites of ``config/metadata.json``, not one per call:
+
+1. under ``self._lock``, change ``self.metadata`` and take the next config
+   generation (``_config_changed_locked``);
+2. wait, off the event loop, until the file holds that generation
+   (``_config_durable``): one waiter at a time writes, in a worker thread, a
+   snapshot of everything changed so far; the waiters queued behind it find their
+   generation already written and return without writing;
+3. only then answer. An answered write is on disk (fsynced, as before); a crash
+   before the answer may lose it, and the caller, unanswered, retries.
+
+Readers may see a change between steps 1 and 3. Snapshots are taken under
+``self._lock`` and written under ``self._config_file_lock`` (taken after
+``self._lock``, never before it), and a snapshot older than the file is never
+written, so the file only moves forward. The config epoch is untouched by all
+this: it changes only when recovery starts from an empty or restored config.
+
 Opening takes the directory lock (a second store on the same directory is
 refused), then runs recovery: the numbered steps are in
 :mod:`popbroker.store.recovery`, which holds their mechanics; ``_recover`` calls
@@ -162,6 +181,10 @@ class LocalStore:
         self._config_dir = data_dir / "config"
         self._config_dir.mkdir(parents=True, exist_ok=True)
         self.metadata = Metadata()
+        self._config_generation = 0  # bumped under self._lock by every config change
+        self._config_written = 0  # the generation config/metadata.json holds
+        self._config_file_lock = threading.Lock()  # one writer; taken after self._lock
+        self._config_persisting = asyncio.Lock()  # one waiter of this loop writes at a time
         self.offsets = OffsetTable()
         self.commitlog = CommitLog(data_dir / "commitlog", settings.segment_bytes)
         self._cqs: dict[QueueKey, ConsumeQueue] = {}
@@ -311,7 +334,31 @@ class LocalStore:
     # ------------------------------------------------------------------ persistence
 
     def _persist_metadata_locked(self) -> None:
-        atomicfiles.write_json(self._config_dir / "metadata.json", self.metadata.to_json())
+        """Write the config now, holding the lock (opening, system topics made by appends)."""
+        self._config_changed_locked()
+        self._write_config()
+
+    def _config_changed_locked(self) -> int:
+        """Step 1 of a config write (module docstring): the generation to wait for."""
+        self._config_generation += 1
+        return self._config_generation
+
+    def _write_config(self) -> None:
+        """Write a snapshot of the config unless the file already holds a newer one."""
+        with self._lock:
+            generation = self._config_generation
+            snapshot = self.metadata.to_json()
+        with self._config_file_lock:
+            if generation <= self._config_written:
+                return
+            atomicfiles.write_json(self._config_dir / "metadata.json", snapshot)
+            self._config_written = generation
+
+    async def _config_durable(self, generation: int) -> None:
+        """Step 2 of a config write: return once the file holds ``generation``."""
+        async with self._config_persisting:
+            if self._config_written < generation:
+                await asyncio.to_thread(self._write_config)
 
     def log_end_locked(self) -> int:
         return self.commitlog.end
@@ -679,8 +726,9 @@ class LocalStore:
     async def put_topic(self, topic: TopicConfig) -> TopicConfig:
         with self._lock:
             result = self.metadata.put_topic(topic)
-            self._persist_metadata_locked()
-            return result
+            generation = self._config_changed_locked()
+        await self._config_durable(generation)
+        return result
 
     async def delete_topic(self, name: str) -> None:
         with self._lock:
@@ -693,43 +741,63 @@ class LocalStore:
             for key in [k for k in self._cqs if k[0] == name]:
                 self._cqs.pop(key).destroy()
                 self._next_queue_offset.pop(key, None)
-            self._persist_metadata_locked()
+            generation = self._config_changed_locked()
+        await self._config_durable(generation)
 
     async def topics(self) -> list[TopicConfig]:
         with self._lock:
             return sorted(self.metadata.topics.values(), key=lambda t: t.name)
 
+    async def topic(self, name: str) -> TopicConfig | None:
+        """One topic (system ones too), or None: O(1), for the admin API's per-object reads."""
+        with self._lock:
+            return self.metadata.topics.get(name)
+
     async def put_group(self, group: GroupConfig) -> GroupConfig:
         with self._lock:
             result = self.metadata.put_group(group)
-            self._persist_metadata_locked()
-            return result
+            generation = self._config_changed_locked()
+        await self._config_durable(generation)
+        return result
 
     async def delete_group(self, name: str) -> None:
         with self._lock:
             if not self.metadata.delete_group(name):
                 raise UnknownGroup(f"group {name!r} does not exist")
             self.offsets.delete(name)
-            self._persist_metadata_locked()
+            generation = self._config_changed_locked()
+        await self._config_durable(generation)
 
     async def groups(self) -> list[GroupConfig]:
         with self._lock:
             return sorted(self.metadata.groups.values(), key=lambda g: g.name)
 
+    async def group(self, name: str) -> GroupConfig | None:
+        """One group, or None: O(1), for the admin API's per-object reads."""
+        with self._lock:
+            return self.metadata.groups.get(name)
+
     async def put_consume_mode(self, mode: ConsumeModeConfig) -> ConsumeModeConfig:
         with self._lock:
             result = self.metadata.put_mode(mode)
-            self._persist_metadata_locked()
-            return result
+            generation = self._config_changed_locked()
+        await self._config_durable(generation)
+        return result
 
     async def consume_modes(self) -> list[ConsumeModeConfig]:
         with self._lock:
             return sorted(self.metadata.modes.values(), key=lambda m: (m.group, m.topic))
 
+    async def consume_mode(self, *, group: str, topic: str) -> ConsumeModeConfig | None:
+        """The mode set for (group, topic), or None when never set: O(1)."""
+        with self._lock:
+            return self.metadata.modes.get((group, topic))
+
     async def set_members(self, members: Sequence[ClusterMember]) -> None:
         with self._lock:
             self.metadata.set_members(members)
-            self._persist_metadata_locked()
+            generation = self._config_changed_locked()
+        await self._config_durable(generation)
 
     async def members(self) -> list[ClusterMember]:
         with self._lock:

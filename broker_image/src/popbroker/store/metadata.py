@@ -1,7 +1,9 @@
 """The broker's declared configuration: topics, groups, consume modes, cluster members.
 
 Held in memory as one ``Metadata`` object and persisted as ``config/metadata.json``
-through ``atomicfiles`` after every change. The **config epoch** is a random token
+through ``atomicfiles`` after every change; concurrent changes share one rewrite
+(``LocalStore`` group-commits them, and answers a change only once a file holding
+it is fsynced). The **config epoch** is a random token
 that changes whenever the store starts from an empty or restored (backup)
 configuration; the operator compares it with what it saw last and re-applies
 everything declared when it differs (DESIGN §3.5, §4).

@@ -475,15 +475,26 @@ class ListTopicsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     INCLUDE_SYSTEM_FIELD_NUMBER: _builtins.int
+    NAMES_FIELD_NUMBER: _builtins.int
     include_system: _builtins.bool
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these topics (added for the operator's one-object reads): unknown
+        names are simply absent from the answer, and a named system topic is returned
+        only with `include_system`. Empty: every topic. A broker older than this
+        field ignores it and answers every topic, so callers filter the answer
+        themselves (`BrokerAdmin.topics(names=...)` does).
+        """
+
     def __init__(
         self,
         *,
         include_system: _builtins.bool = ...,
+        names: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_system", b"include_system"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_system", b"include_system", "names", b"names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -666,12 +677,22 @@ Global___DeleteGroupResponse: _TypeAlias = DeleteGroupResponse  # noqa: Y015
 class ListGroupsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    NAMES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Only these groups; unknown names are absent from the answer. Empty: every
+        group. An older broker ignores the field and answers every group, so callers
+        filter the answer themselves (`BrokerAdmin.groups(names=...)` does).
+        """
+
     def __init__(
         self,
+        *,
+        names: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["names", b"names"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

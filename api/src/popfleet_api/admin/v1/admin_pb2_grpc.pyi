@@ -80,6 +80,9 @@ class BrokerAdminStub:
     """
     DeleteTopic: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicRequest, _admin_pb2.DeleteTopicResponse]
     ListTopics: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]
+    """Every topic, or only the named ones (`names`): what the operator reads per
+    object, so one object costs O(1) on the broker, not O(topics).
+    """
     PutGroup: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PutGroupRequest, _admin_pb2.PutGroupResponse]
     DeleteGroup: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupRequest, _admin_pb2.DeleteGroupResponse]
     ListGroups: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListGroupsRequest, _admin_pb2.ListGroupsResponse]
@@ -122,6 +125,9 @@ class BrokerAdminAsyncStub(BrokerAdminStub):
     """
     DeleteTopic: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteTopicRequest, _admin_pb2.DeleteTopicResponse]  # type: ignore[assignment]
     ListTopics: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListTopicsRequest, _admin_pb2.ListTopicsResponse]  # type: ignore[assignment]
+    """Every topic, or only the named ones (`names`): what the operator reads per
+    object, so one object costs O(1) on the broker, not O(topics).
+    """
     PutGroup: _aio.UnaryUnaryMultiCallable[_admin_pb2.PutGroupRequest, _admin_pb2.PutGroupResponse]  # type: ignore[assignment]
     DeleteGroup: _aio.UnaryUnaryMultiCallable[_admin_pb2.DeleteGroupRequest, _admin_pb2.DeleteGroupResponse]  # type: ignore[assignment]
     ListGroups: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListGroupsRequest, _admin_pb2.ListGroupsResponse]  # type: ignore[assignment]
@@ -196,7 +202,10 @@ class BrokerAdminServicer(metaclass=_abc_1.ABCMeta):
         self,
         request: _admin_pb2.ListTopicsRequest,
         context: _ServicerContext,
-    ) -> _typing.Union[_admin_pb2.ListTopicsResponse, _abc.Awaitable[_admin_pb2.ListTopicsResponse]]: ...
+    ) -> _typing.Union[_admin_pb2.ListTopicsResponse, _abc.Awaitable[_admin_pb2.ListTopicsResponse]]:
+        """Every topic, or only the named ones (`names`): what the operator reads per
+        object, so one object costs O(1) on the broker, not O(topics).
+        """
 
     @_abc_1.abstractmethod
     def PutGroup(
