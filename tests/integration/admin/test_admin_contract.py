@@ -88,6 +88,25 @@ async def test_topics(subject: Subject) -> None:
     assert await admin.topics() == []
 
 
+async def test_topics_and_groups_by_name(subject: Subject) -> None:
+    admin = subject.admin
+    for name in ("a", "b", "c"):
+        await admin.put_topic(Topic(name, 1, 1))
+        await admin.put_group(Group(f"g-{name}"))
+    assert await admin.topics(names=["c", "a", "nope"]) == [Topic("a", 1, 1), Topic("c", 1, 1)]
+    assert await admin.topics(names={"nope"}) == []
+    assert await admin.topics(names=[]) == []
+    assert len(await admin.topics(names=None)) == 3
+    revive = f"rmq_sys_REVIVE_LOG_{CLUSTER}"
+    assert await admin.topics(names=[revive, "b"]) == [Topic("b", 1, 1)]
+    assert [t.name for t in await admin.topics(names=[revive], include_system=True)] == [revive]
+    assert await admin.groups(names=["g-b", "g-z"]) == [Group("g-b")]
+    assert await admin.groups(names=[]) == []
+    assert [g.name for g in await admin.groups()] == ["g-a", "g-b", "g-c"]
+    await admin.delete_topic("a")
+    assert await admin.topics(names=["a"]) == []
+
+
 @pytest.mark.parametrize(
     "topic",
     [

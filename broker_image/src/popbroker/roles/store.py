@@ -14,7 +14,8 @@ answers the operator's and the audits' admin calls (DESIGN §3): the admin serve
 runs in the store process, beside the wire server the popack and revive roles
 use. The admin server's health (grpc.health.v1) is what the pod's readiness
 probe asks. ``--metrics-listen`` serves the store's Prometheus metrics
-(``popfleet_store_flush_seconds``, :mod:`popbroker.metrics.store`) and, with
+(``popfleet_store_flush_seconds``, ``popfleet_store_config_write_seconds``,
+:mod:`popbroker.metrics.store`) and, with
 the admin API on, its call counts (``popfleet_admin_requests_total``,
 :mod:`popbroker.metrics.admin`). Without
 ``--admin-listen`` and ``--metrics-listen`` it is the bare store role the
@@ -47,7 +48,7 @@ from prometheus_client import CollectorRegistry
 from popbroker.admin import server as admin_server
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
-from popbroker.metrics.store import observe_flushes
+from popbroker.metrics.store import observe_config_writes, observe_flushes
 from popbroker.roles import running
 from popbroker.store import errors
 from popbroker.store.api import FlushMode
@@ -81,6 +82,7 @@ def _companions(admin: Companion, token: str | None, metrics: Companion) -> Comp
         if metrics.listen:
             registry = CollectorRegistry()
             observe_flushes(store.flusher, registry)
+            observe_config_writes(store, registry)
             admin_metrics = AdminMetrics(registry) if admin.listen else None
             metrics_server = await exposition.serve_metrics(metrics.listen, registry)
             running.write_port(metrics.port_file, metrics_server.port)

@@ -185,6 +185,7 @@ class LocalStore:
         self._config_written = 0  # the generation config/metadata.json holds
         self._config_file_lock = threading.Lock()  # one writer; taken after self._lock
         self._config_persisting = asyncio.Lock()  # one waiter of this loop writes at a time
+        self._config_write_observers: list[Callable[[float], None]] = []
         self.offsets = OffsetTable()
         self.commitlog = CommitLog(data_dir / "commitlog", settings.segment_bytes)
         self._cqs: dict[QueueKey, ConsumeQueue] = {}
@@ -351,8 +352,17 @@ class LocalStore:
         with self._config_file_lock:
             if generation <= self._config_written:
                 return
+            started = time.monotonic()
             atomicfiles.write_json(self._config_dir / "metadata.json", snapshot)
             self._config_written = generation
+        latency_ms = (time.monotonic() - started) * 1000
+        for observer in self._config_write_observers:
+            observer(latency_ms)
+
+    def on_config_write(self, observer: Callable[[float], None]) -> None:
+        """Call ``observer(latency_ms)`` after every rewrite of ``config/metadata.json``
+        (on the writing thread); how many rewrites a burst of config changes cost."""
+        self._config_write_observers.append(observer)
 
     async def _config_durable(self, generation: int) -> None:
         """Step 2 of a config write: return once the file holds ``generation``."""
