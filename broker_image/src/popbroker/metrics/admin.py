@@ -6,8 +6,8 @@ the servicer answered, as it ends: ``method`` is the RPC name (``ListTopics``,
 name (``OK``, ``NOT_FOUND``, ``INVALID_ARGUMENT``, ...; at most gRPC's codes), so
 both labels are bounded. A scan counts once, when its stream ends. Calls the token
 check refuses before the servicer runs, and ``grpc.health.v1`` probes, are not
-counted. The operator-scale benchmark divides it by the CRs it applied (broker
-admin calls per CR).
+counted. Divided by the CRs an operator reconciled, it is the broker admin calls
+per CR that issue 15's operator-scale benchmark reports.
 
 Counted by :mod:`popbroker.admin.servicer` through :meth:`AdminMetrics.count`;
 the store role registers it in its ``/metrics`` registry (:mod:`popbroker.roles.store`).
