@@ -113,6 +113,7 @@ async def run(
                 token=admin_token,
                 pop_state=pop_state,
                 client_endpoint=str(endpoint.advertised),
+                metrics=metrics.for_admin() if metrics is not None else None,
             )
             on_admin_bound(admin.port)
         on_bound(endpoint.port)

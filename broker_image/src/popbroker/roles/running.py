@@ -27,9 +27,10 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 
 from popbroker.metrics import exposition
+from popbroker.metrics.admin import AdminMetrics
 from popbroker.metrics.popack import PopackMetrics
 from popbroker.metrics.revive import ReviveMetrics
-from popbroker.metrics.store import observe_flushes
+from popbroker.metrics.store import observe_config_writes, observe_flushes
 from popbroker.store.local import LocalStore
 from popbroker.store.wire.client import RemoteStore
 
@@ -106,6 +107,11 @@ class RoleMetrics:
 
     def for_store(self, store: LocalStore) -> None:
         observe_flushes(store.flusher, self.registry)
+        observe_config_writes(store, self.registry)
+
+    def for_admin(self) -> AdminMetrics:
+        """The admin API's call counter (the ``all`` role serves admin in-process)."""
+        return AdminMetrics(self.registry)
 
     async def start(self) -> None:
         refreshers = [m.refresh for m in (self.popack, self.revive) if m is not None]
