@@ -202,6 +202,28 @@ def count_requests(lines: list[tuple[str, str]]) -> tuple[int, int]:
     return total, throttled
 
 
+ADMIN_LINE = re.compile(r"^popfleet_admin_requests_total\{([^}]*)\} ([0-9.e+]+)$", re.M)
+STORE_METRICS_PORT = 9100  # names.METRICS_PORTS["store"]
+
+
+def admin_calls(tb: cluster.Cluster) -> int | None:
+    """Admin API calls every broker's store role has answered (None: a broker did not say)."""
+    total = 0
+    pods = tb.pods(NS, "app.kubernetes.io/name=popfleet-broker")
+    if len(pods) != BROKERS:
+        return None
+    for pod in pods:
+        try:
+            text = tb.http(pod, "/metrics", port=STORE_METRICS_PORT)
+        except OSError:
+            return None
+        found = ADMIN_LINE.findall(text)
+        if not found:
+            return None  # a broker without the counter (before it existed)
+        total += sum(int(float(value)) for _, value in found)
+    return total
+
+
 def apiserver_requests(tb: cluster.Cluster) -> tuple[int, int]:
     """(all requests, of which 429) the apiserver has answered since it started."""
     return count_requests(REQUEST_LINE.findall(tb.kubectl("get", "--raw", "/metrics")))
@@ -315,6 +337,7 @@ def measure(
 ) -> dict[str, Any]:
     total = 2 * n
     requests_before, throttled_before = apiserver_requests(tb)
+    admin_before = admin_calls(tb)
     idle = watch.sample()
     start = time.monotonic()
     create_all(tb, [topic(i) for i in range(n)] + [group(i) for i in range(n)])
@@ -350,6 +373,10 @@ def measure(
         time.sleep(5.0)
     steady_end = time.monotonic()
     requests_after, throttled_after = apiserver_requests(tb)
+    admin_after = admin_calls(tb)
+    admin_delta = (
+        None if admin_before is None or admin_after is None else admin_after - admin_before
+    )
 
     pods = tb.pods(OPERATOR_NS, OPERATOR_SELECTOR)
     statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
@@ -384,6 +411,8 @@ def measure(
         "apiserver_requests_per_cr": round((requests_after - requests_before) / total, 1),
         "apiserver_429": throttled_after - throttled_before,
         "our_listings": fleet.listings,
+        "broker_admin_calls": admin_delta,
+        "broker_admin_calls_per_cr": None if admin_delta is None else round(admin_delta / total, 1),
         "chart_memory_limit": chart_memory_limit(),
     }
 
