@@ -11,7 +11,7 @@ TEST_PREREQS += shellcheck kind-bin  # kind itself validates e2e/kind/kind-confi
 
 shellcheck: ## shellcheck from Debian (make test lints every shell script with it)
 	@command -v shellcheck >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q --no-install-recommends shellcheck)
+	  scripts/apt-install.sh shellcheck
 	@command -v shellcheck >/dev/null || { echo "shellcheck is missing and did not install" >&2; exit 1; }
 
 kind-bin: ## kind $(KIND_VERSION) (go install, cached under ~/.cache/popfleet) when missing

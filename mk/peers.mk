@@ -6,4 +6,4 @@ TEST_PREREQS += peer-servers
 
 peer-servers: ## nats-server and redis-server from Debian (for bench/pop_peers and its harness test)
 	@command -v nats-server >/dev/null && command -v redis-server >/dev/null || \
-	  (apt-get update -q && apt-get install -y -q --no-install-recommends nats-server redis-server)
+	  scripts/apt-install.sh nats-server redis-server

@@ -37,9 +37,9 @@ from pathlib import Path
 from bench.peers import procs
 
 PACKAGES = ("nats-server", "redis-server")
-INSTALL_COMMAND = (
-    "apt-get update && apt-get install -y --no-install-recommends nats-server redis-server"
-)
+ROOT = Path(__file__).resolve().parents[2]
+# Installs without starting redis-server's (or any) service from the package scripts.
+INSTALL_COMMAND = f"{ROOT / 'scripts' / 'apt-install.sh'} nats-server redis-server"
 APT_TIMEOUT_S = 600.0
 
 
@@ -77,20 +77,13 @@ def _sbin(name: str) -> str | None:
 
 
 def _apt_install(missing: Sequence[str]) -> None:
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    steps = [
-        ["apt-get", "update", "-q"],
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", *PACKAGES],
-    ]
-    for argv in steps:
-        out = subprocess.run(
-            argv, capture_output=True, text=True, timeout=APT_TIMEOUT_S, env=env, check=False
+    argv = [str(ROOT / "scripts" / "apt-install.sh"), *PACKAGES]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=APT_TIMEOUT_S, check=False)
+    if out.returncode != 0:
+        raise PeerUnavailable(
+            f"{' '.join(argv)} failed ({out.returncode}) while installing {list(missing)}:\n"
+            f"{out.stderr[-2000:]}\nInstall by hand: {INSTALL_COMMAND}"
         )
-        if out.returncode != 0:
-            raise PeerUnavailable(
-                f"{' '.join(argv)} failed ({out.returncode}) while installing {list(missing)}:\n"
-                f"{out.stderr[-2000:]}\nInstall by hand: {INSTALL_COMMAND}"
-            )
 
 
 def ensure_binaries(*, install: bool | None = None) -> Binaries:

@@ -58,10 +58,8 @@ if [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
   exit 1
 fi
 if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
-  echo "docker engine: installing Debian's docker.io" >&2
-  apt-get update -q >/dev/null
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
-    docker.io debootstrap iptables pigz xz-utils >/dev/null
+  # scripts/apt-install.sh starts no service from the packages (ours is started below).
+  "$here/../../../scripts/apt-install.sh" docker.io debootstrap iptables pigz xz-utils
 fi
 runtime=()
 if [ "$needs_filter" = 1 ]; then
