@@ -14,7 +14,9 @@ entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand
 3. ``claim``: the oldest CR declaring this name on this cluster wins; others get
    ``Ready=False, ResourceConflict`` and touch nothing;
 4. ``target``: the referenced BrokerCluster (missing -> ``ClusterNotFound``), its admin
-   token and the broker pods it should have (ordinals below ``spec.brokers``);
+   token and the broker pods it should have (ordinals below ``spec.brokers``), from the
+   view all the cluster's objects share (``clients.clusterviews``: one load per cluster
+   per ``POPFLEET_CLUSTER_VIEW_TTL_S``, invalidated by cluster and pod events);
 5. ``sync``: ``declared.sync(admins, spec)``: apply + read back on every broker
    (``clients.fanout``);
 6. ``report``: per-broker status (``declared.entry``), conditions, Events (``Reapplied``
@@ -34,7 +36,6 @@ import kopf
 from popfleet_api.client import BrokerAdminApi
 from popfleet_operator import errors
 from popfleet_operator.clients import fanout
-from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime
 from popfleet_operator.model import names, specs, switches
 from popfleet_operator.model.observations import BrokerOutcome
@@ -110,32 +111,12 @@ def claims(
     return {claim_key(namespace or "", cluster, broker_name): claim_of(meta)}
 
 
-async def cluster_spec(
-    rt: runtime.Runtime, namespace: str, cluster: str
-) -> tuple[kopf.Body | dict[str, Any], specs.ClusterSpec] | None:
-    body = await rt.kube.get_or_none(
-        kube_client.path(names.API_VERSION, "BrokerCluster", namespace=namespace, name=cluster)
-    )
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
-    return body, specs.parse_cluster(body.get("spec") or {})
-
-
 async def target(rt: runtime.Runtime, namespace: str, cluster: str) -> Target:
-    found = await cluster_spec(rt, namespace, cluster)
-    if found is None:
+    """The cluster's brokers, from the view all its objects share (``rt.views``)."""
+    view = await rt.views.get(namespace, cluster)
+    if view is None:
         raise errors.ClusterNotFound(f"BrokerCluster {cluster!r} not found in {namespace}")
-    _, spec = found
-    token = await kube_client.admin_token(rt.kube, namespace, spec)
-    pods = [
-        p
-        for p in await kube_client.broker_pods(rt.kube, namespace, cluster)
-        if p.ordinal < spec.brokers
-    ]
-    return Target(
-        admins=rt.pool.for_pods(pods, token),
-        expected=tuple(names.pod(cluster, i) for i in range(spec.brokers)),
-    )
+    return Target(admins=rt.pool.for_pods(view.pods, view.token), expected=view.expected)
 
 
 def reapplied_events(

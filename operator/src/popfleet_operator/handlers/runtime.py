@@ -1,4 +1,4 @@
-"""What every handler shares: the Kubernetes client, the broker pool, the intervals.
+"""What every handler shares: Kubernetes client, broker pool, cluster views, intervals.
 
 Built once at start-up (``settings.startup``) and kept in kopf's global ``memo``; handlers
 reach it with :func:`get`. Also what every reconciler's round needs around its steps: the
@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
+from popfleet_operator.clients import clusterviews
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.errors import OperatorError
@@ -31,12 +33,20 @@ ADMIN_TIMEOUT_S = float(os.environ.get("POPFLEET_ADMIN_TIMEOUT_S", "5"))
 # How long an updated broker pod may take to be Ready and re-applied before a rolling update
 # is reported stuck (the store's startup probe alone allows 300 s).
 ROLLOUT_READY_TIMEOUT_S = float(os.environ.get("POPFLEET_ROLLOUT_READY_TIMEOUT_S", "600"))
+# How long a Topic or ConsumerGroup round reuses its BrokerCluster's spec, token and pods
+# (``clients.clusterviews``); cluster and pod events invalidate sooner.
+CLUSTER_VIEW_TTL_S = float(os.environ.get("POPFLEET_CLUSTER_VIEW_TTL_S", "2"))
 
 
 @dataclass
 class Runtime:
     kube: kube_client.Kube
     pool: BrokerPool
+    views: clusterviews.ClusterViews = field(init=False)
+
+    def __post_init__(self) -> None:
+        load = functools.partial(clusterviews.load, self.kube)
+        self.views = clusterviews.ClusterViews(load, ttl_s=CLUSTER_VIEW_TTL_S)
 
 
 def get(memo: Any) -> Runtime:
