@@ -1,17 +1,20 @@
 """``python -m popfleet_operator``: run the operator (the image's entry point).
 
-Environment (the chart sets these):
+Environment (the chart sets the ones it needs; the others keep their defaults):
 
-=============================  ===========================================================
-``POPFLEET_NAMESPACES``        comma-separated namespaces to watch; empty: cluster-wide
-``POPFLEET_PEERING_NAME``      kopf peering object (``ClusterKopfPeering``); empty: standalone
-``POPFLEET_PRIORITY``          this replica's peering priority (higher wins)
-``POPFLEET_RESYNC_INTERVAL_S`` level-based re-check of every object (default 30)
-``POPFLEET_ADMIN_TIMEOUT_S``   deadline of each broker admin call (default 5)
-``POPFLEET_METRICS_LISTEN``    ``HOST:PORT`` for Prometheus ``/metrics``; empty: none
-``POPFLEET_HEALTH_LISTEN``     ``HOST:PORT`` for kopf's liveness ``/healthz``; empty: none
-``POPFLEET_LOG_LEVEL``         default INFO
-=============================  ===========================================================
+===============================  =========================================================
+``POPFLEET_NAMESPACES``          comma-separated namespaces to watch; empty: cluster-wide
+``POPFLEET_PEERING_NAME``        kopf peering object (``ClusterKopfPeering``); empty: standalone
+``POPFLEET_PRIORITY``            this replica's peering priority (higher wins)
+``POPFLEET_RESYNC_INTERVAL_S``   level-based re-check of every object (default 30)
+``POPFLEET_ADMIN_TIMEOUT_S``     deadline of each broker admin call (default 5)
+``POPFLEET_CLUSTER_VIEW_TTL_S``  reuse of a BrokerCluster's spec/token/pods (default 2)
+``POPFLEET_ROUND_LIMIT``         Topic/ConsumerGroup rounds at once (default 16)
+``POPFLEET_BROKER_CALL_LIMIT``   admin calls under way per broker (default 8)
+``POPFLEET_METRICS_LISTEN``      ``HOST:PORT`` for Prometheus ``/metrics``; empty: none
+``POPFLEET_HEALTH_LISTEN``       ``HOST:PORT`` for kopf's liveness ``/healthz``; empty: none
+``POPFLEET_LOG_LEVEL``           default INFO
+===============================  =========================================================
 """
 
 from __future__ import annotations

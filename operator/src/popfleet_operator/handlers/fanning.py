@@ -18,7 +18,9 @@ entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand
    view all the cluster's objects share (``clients.clusterviews``: one load per cluster
    per ``POPFLEET_CLUSTER_VIEW_TTL_S``, invalidated by cluster and pod events);
 5. ``sync``: ``declared.sync(admins, spec)``: apply + read back on every broker
-   (``clients.fanout``);
+   (``clients.fanout``); steps 4 and 5 hold one of ``runtime.ROUND_LIMIT`` slots
+   (``$POPFLEET_ROUND_LIMIT``), so a burst of objects queues here rather than on the API
+   client and the brokers;
 6. ``report``: per-broker status (``declared.entry``), conditions, Events (``Reapplied``
    for a broker this round found with a new config epoch), metrics; unreachable brokers ->
    ``TemporaryError`` with back-off from change handlers (timers simply try again next
@@ -213,16 +215,17 @@ async def reconcile(
         return blocked(
             declared, body=body, patch=patch, reason=c.RESOURCE_CONFLICT, message=message
         )
-    try:
-        where = await target(rt, body["metadata"]["namespace"], spec.cluster)
-    except errors.ClusterNotFound as exc:
-        return blocked(
-            declared, body=body, patch=patch, reason=c.CLUSTER_NOT_FOUND, message=exc.message
-        )
-    except errors.InvalidSpec as exc:
-        message = f"BrokerCluster {spec.cluster!r}: {exc.message}"
-        return blocked(declared, body=body, patch=patch, reason=c.INVALID_SPEC, message=message)
-    outcomes = await declared.sync(where.admins, spec)
+    async with rt.rounds:
+        try:
+            where = await target(rt, body["metadata"]["namespace"], spec.cluster)
+        except errors.ClusterNotFound as exc:
+            return blocked(
+                declared, body=body, patch=patch, reason=c.CLUSTER_NOT_FOUND, message=exc.message
+            )
+        except errors.InvalidSpec as exc:
+            message = f"BrokerCluster {spec.cluster!r}: {exc.message}"
+            return blocked(declared, body=body, patch=patch, reason=c.INVALID_SPEC, message=message)
+        outcomes = await declared.sync(where.admins, spec)
     return report(
         declared,
         body=body,

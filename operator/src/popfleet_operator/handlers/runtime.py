@@ -36,6 +36,11 @@ ROLLOUT_READY_TIMEOUT_S = float(os.environ.get("POPFLEET_ROLLOUT_READY_TIMEOUT_S
 # How long a Topic or ConsumerGroup round reuses its BrokerCluster's spec, token and pods
 # (``clients.clusterviews``); cluster and pod events invalidate sooner.
 CLUSTER_VIEW_TTL_S = float(os.environ.get("POPFLEET_CLUSTER_VIEW_TTL_S", "2"))
+# Concurrency (docs/operations.md "Tuning concurrency"): Topic and ConsumerGroup rounds
+# talking to brokers at once (the rest wait for a slot), and admin calls under way per
+# broker (``clients.brokers``).
+ROUND_LIMIT = int(os.environ.get("POPFLEET_ROUND_LIMIT", "16"))
+BROKER_CALL_LIMIT = int(os.environ.get("POPFLEET_BROKER_CALL_LIMIT", "8"))
 
 
 @dataclass
@@ -43,10 +48,12 @@ class Runtime:
     kube: kube_client.Kube
     pool: BrokerPool
     views: clusterviews.ClusterViews = field(init=False)
+    rounds: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
         load = functools.partial(clusterviews.load, self.kube)
         self.views = clusterviews.ClusterViews(load, ttl_s=CLUSTER_VIEW_TTL_S)
+        self.rounds = asyncio.Semaphore(ROUND_LIMIT)
 
 
 def get(memo: Any) -> Runtime:

@@ -10,6 +10,9 @@
   goes (``uninstalling`` relies on the operator removing it);
 * handler log lines are not all posted as Events (only warnings); the reconcilers post
   their own Events for transitions;
+* concurrency: kopf's ``queueing.worker_limit`` stays unset (a worker sleeping out a
+  retry back-off would hold its slot and starve the other objects); the work is bounded by
+  ``runtime.ROUND_LIMIT`` (rounds at once) and ``runtime.BROKER_CALL_LIMIT`` (per broker);
 * peering: kopf's own (``ClusterKopfPeering`` named by ``$POPFLEET_PEERING_NAME``) so two
   replicas never both act; the chart installs the peering CRD.
 """
@@ -68,7 +71,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             log.warning("metrics: cannot listen on %s:%d: %s", *listen, exc)
     memo["runtime"] = runtime.Runtime(
         kube=await kube_client.Kube.connect(),
-        pool=BrokerPool(connect_grpc(runtime.ADMIN_TIMEOUT_S)),
+        pool=BrokerPool(
+            connect_grpc(runtime.ADMIN_TIMEOUT_S), call_limit=runtime.BROKER_CALL_LIMIT
+        ),
     )
 
 
