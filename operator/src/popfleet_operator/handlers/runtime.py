@@ -3,9 +3,9 @@
 Built once at start-up (``settings.startup``) and kept in kopf's global ``memo``; handlers
 reach it with :func:`get`. Also what every reconciler's round needs around its steps: the
 per-object lock, :func:`reconcile_round` (timing, counting, error translation) and
-:func:`write_status` (kopf's status patch). The pure helpers live in ``model.switches``,
-``model.observations`` and ``status.epochs``; the reads of pods and Secrets in
-``clients.kube``.
+:func:`write_status` (kopf's status patch, only what changed). The pure helpers live in
+``model.switches``, ``model.observations`` and ``status.epochs``; the reads of pods and
+Secrets in ``clients.kube``, the shared cluster reads in ``clients.clusterviews``.
 """
 
 from __future__ import annotations
@@ -136,12 +136,18 @@ def write_status(
     updates: Sequence[c.Condition],
     **fields: Any,
 ) -> None:
-    """Put ``fields`` and the merged conditions into kopf's status patch."""
+    """Put ``fields``, ``observedGeneration`` and the merged conditions into kopf's status
+    patch, each only when it differs from ``body.status``.
+
+    A round that changes nothing (the usual resync tick) thus leaves the patch empty and
+    kopf sends no PATCH: ``conditions.merge`` keeps each transition time unless the status
+    flips, so an unchanged round merges to the list already there. A field given as None is
+    removed when present and left out when absent.
+    """
     status = body.get("status") or {}
     generation = int(body["metadata"].get("generation", 0))
-    for key, value in fields.items():
-        patch.status[key] = value
-    patch.status["observedGeneration"] = generation
-    patch.status["conditions"] = c.merge(
-        status.get("conditions") or [], updates, now=now(), generation=generation
-    )
+    merged = c.merge(status.get("conditions") or [], updates, now=now(), generation=generation)
+    wanted = {**fields, "observedGeneration": generation, "conditions": merged}
+    for key, value in wanted.items():
+        if status.get(key) != value:
+            patch.status[key] = value
