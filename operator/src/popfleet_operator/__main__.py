@@ -38,12 +38,22 @@ def identity() -> Identity:
     return Identity(f"{socket.gethostname()}/{os.getpid()}")
 
 
-def main() -> int:
-    logging.basicConfig(
-        level=os.environ.get("POPFLEET_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def configure_logging(level: str) -> None:
+    """One stderr handler on the root logger with kopf's object-prefixing formatter.
+
+    kopf's full format (``[time] logger [LEVEL] message``); lines logged about an object
+    (every handler's ``logger``, kopf's own per-object lines) get ``[namespace/name]`` before
+    the message, so a line can be tied to its object (``basicConfig`` dropped it). kopf's
+    ``configure`` also mutes asyncio's debug chatter; the level is ours
+    (``$POPFLEET_LOG_LEVEL``), not kopf's verbose/quiet flags.
+    """
+    kopf.configure(log_format=kopf.LogFormat.FULL, log_prefix=True)
+    logging.getLogger().setLevel(level)
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # liveness probes
+
+
+def main() -> int:
+    configure_logging(os.environ.get("POPFLEET_LOG_LEVEL", "INFO"))
     # Importing the handler modules registers them with kopf.
     from popfleet_operator.handlers import (  # noqa: PLC0415, F401
         audits,
