@@ -12,7 +12,8 @@ Environment (the chart sets the ones it needs; the others keep their defaults):
 ``POPFLEET_ROUND_LIMIT``         Topic/ConsumerGroup rounds at once (default 16)
 ``POPFLEET_BROKER_CALL_LIMIT``   admin calls under way per broker (default 8)
 ``POPFLEET_METRICS_LISTEN``      ``HOST:PORT`` for Prometheus ``/metrics``; empty: none
-``POPFLEET_HEALTH_LISTEN``       ``HOST:PORT`` for kopf's liveness ``/healthz``; empty: none
+``POPFLEET_HEALTH_LISTEN``       ``HOST:PORT`` for the liveness ``/healthz``; empty: none
+``POPFLEET_LOOP_STALL_S``        event loop stuck this long: ``/healthz`` fails (default 20)
 ``POPFLEET_LOG_LEVEL``           default INFO
 ===============================  =========================================================
 """
@@ -49,7 +50,6 @@ def configure_logging(level: str) -> None:
     """
     kopf.configure(log_format=kopf.LogFormat.FULL, log_prefix=True)
     logging.getLogger().setLevel(level)
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # liveness probes
 
 
 def main() -> int:
@@ -66,14 +66,12 @@ def main() -> int:
 
     namespaces = [n for n in os.environ.get("POPFLEET_NAMESPACES", "").split(",") if n]
     peering = os.environ.get("POPFLEET_PEERING_NAME", "")
-    health = os.environ.get("POPFLEET_HEALTH_LISTEN", "")
     kopf.run(
         clusterwide=not namespaces,
         namespaces=namespaces,
         standalone=not peering,
         peering_name=peering or None,
         priority=int(os.environ.get("POPFLEET_PRIORITY", "0")),
-        liveness_endpoint=f"http://{health}/healthz" if health else None,
         identity=identity(),
     )
     return 0
