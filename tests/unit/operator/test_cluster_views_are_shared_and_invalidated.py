@@ -43,11 +43,14 @@ class Loader:
         return clusterviews.ClusterView(cluster=cluster, spec=spec, token=None, pods=(pod,))
 
 
-def views(loader: Loader, clock: Clock) -> clusterviews.ClusterViews:
+Views = clusterviews.ClusterViews[clusterviews.ClusterView | None]
+
+
+def views(loader: Loader, clock: Clock) -> Views:
     return clusterviews.ClusterViews(loader, ttl_s=2.0, clock=clock)
 
 
-async def brokers_of(cache: clusterviews.ClusterViews, cluster: str = "demo") -> int:
+async def brokers_of(cache: Views, cluster: str = "demo") -> int:
     view = await cache.get("ns", cluster)
     assert view is not None
     return view.spec.brokers

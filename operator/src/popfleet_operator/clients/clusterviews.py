@@ -17,7 +17,10 @@ pool; :class:`ClusterViews` makes it one load per cluster per ``ttl_s``:
 * a load that fails (the API did not answer, the Secret is missing) is raised to every
   waiter of that load and not kept.
 
-Callers: ``handlers.fanning.target`` (through ``handlers.runtime.Runtime.views``).
+The cache holds any per-cluster value: ``handlers.runtime.Runtime`` keeps two, ``views``
+(:func:`load`: spec, token, pods; read by ``handlers.fanning.target``) and ``epochs``
+(:func:`config_epochs`: each broker's config epoch; read by resync ticks), and
+``Runtime.forget_cluster`` invalidates both.
 """
 
 from __future__ import annotations
@@ -26,12 +29,16 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
 
+from popfleet_operator.clients import fanout
 from popfleet_operator.clients import kube as kube_client
+from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.model import names, specs
 from popfleet_operator.model.observations import BrokerPod
 
 Key = tuple[str, str]  # (namespace, cluster)
+V = TypeVar("V")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,9 +60,6 @@ class ClusterView:
         return tuple(names.pod(self.cluster, i) for i in range(self.spec.brokers))
 
 
-Load = Callable[[str, str], Awaitable[ClusterView | None]]
-
-
 async def load(kube: kube_client.Kube, namespace: str, cluster: str) -> ClusterView | None:
     """The three reads: the BrokerCluster, its admin token and its broker pods."""
     body = await kube.get_or_none(
@@ -70,62 +74,85 @@ async def load(kube: kube_client.Kube, namespace: str, cluster: str) -> ClusterV
     return ClusterView(cluster=cluster, spec=spec, token=token, pods=kept)
 
 
+async def config_epochs(
+    namespace: str,
+    cluster: str,
+    *,
+    views: ClusterViews[ClusterView | None],
+    pool: BrokerPool,
+) -> dict[str, str]:
+    """Broker name -> config epoch, for the cluster's brokers that answered ``info``.
+
+    What a resync tick compares with the epochs its object's status recorded
+    (``handlers.fanning``): loaded once per cluster per TTL through a second
+    :class:`ClusterViews`, not once per object.
+    """
+    view = await views.get(namespace, cluster)
+    if view is None:
+        return {}
+    infos = await fanout.observe(view.pods, pool.for_pods(view.pods, view.token))
+    return {i.pod.name: i.config_epoch for i in infos if i.reachable and i.config_epoch}
+
+
 @dataclass
-class _Entry:
-    """A load under way (``flight`` set) or done (``flight`` None, loaded at ``loaded_s``)."""
+class _Entry(Generic[V]):
+    """A load: under way (``loaded_s`` None) or done at ``loaded_s`` (``flight`` holds it)."""
 
-    flight: asyncio.Future[ClusterView | None] | None
-    loaded_s: float = 0.0
-    view: ClusterView | None = None
+    flight: asyncio.Future[V]
+    loaded_s: float | None = None
 
 
 @dataclass
-class ClusterViews:
-    """The cache (module docstring): :meth:`get` and :meth:`invalidate`."""
+class ClusterViews(Generic[V]):
+    """The cache (module docstring): :meth:`get` and :meth:`invalidate`, for any value."""
 
-    load: Load
+    load: Callable[[str, str], Awaitable[V]]
     ttl_s: float = 2.0
     clock: Callable[[], float] = time.monotonic
-    _entries: dict[Key, _Entry] = field(default_factory=dict)
+    _entries: dict[Key, _Entry[V]] = field(default_factory=dict)
+    _tasks: set[asyncio.Future[None]] = field(default_factory=set)  # loads under way
 
-    async def get(self, namespace: str, cluster: str) -> ClusterView | None:
+    async def get(self, namespace: str, cluster: str) -> V:
         key = (namespace, cluster)
         entry = self._entries.get(key)
         if entry is None:
-            flight = self._start(key)
-        elif entry.flight is not None:
-            flight = entry.flight
-        elif self.clock() - entry.loaded_s < self.ttl_s:
-            return entry.view
-        else:
-            flight = self._start(key)
-        return await asyncio.shield(flight)
+            return await asyncio.shield(self._start(key))
+        if entry.loaded_s is None:
+            return await asyncio.shield(entry.flight)
+        if self.clock() - entry.loaded_s < self.ttl_s:
+            return entry.flight.result()
+        return await asyncio.shield(self._start(key))
 
     def invalidate(self, namespace: str, cluster: str) -> None:
         """The cluster or its pods changed: the next :meth:`get` loads again."""
         self._entries.pop((namespace, cluster), None)
 
-    def _start(self, key: Key) -> asyncio.Future[ClusterView | None]:
-        entry = _Entry(flight=None)
-        flight = asyncio.ensure_future(self._run(key, entry))
-        flight.add_done_callback(_retrieve)
-        entry.flight = flight
+    def _start(self, key: Key) -> asyncio.Future[V]:
+        loop = asyncio.get_running_loop()
+        entry: _Entry[V] = _Entry(flight=loop.create_future())
         self._entries[key] = entry
-        return flight
+        entry.flight.add_done_callback(_retrieve)
+        self._tasks.add(task := asyncio.ensure_future(self._run(key, entry)))
+        task.add_done_callback(self._tasks.discard)
+        return entry.flight
 
-    async def _run(self, key: Key, entry: _Entry) -> ClusterView | None:
+    async def _run(self, key: Key, entry: _Entry[V]) -> None:
         try:
-            view = await self.load(*key)
-        except BaseException:
+            value = await self.load(*key)
+        except (Exception, asyncio.CancelledError) as exc:
             if self._entries.get(key) is entry:
                 del self._entries[key]
-            raise
+            if isinstance(exc, asyncio.CancelledError):
+                entry.flight.cancel()
+                raise
+            entry.flight.set_exception(exc)
+            return
         if self._entries.get(key) is entry:  # not invalidated meanwhile
-            entry.view, entry.loaded_s, entry.flight = view, self.clock(), None
-        return view
+            entry.loaded_s = self.clock()
+        entry.flight.set_result(value)
 
 
-def _retrieve(flight: asyncio.Future[ClusterView | None]) -> None:
+def _retrieve(flight: asyncio.Future[Any]) -> None:
     """Mark a failed load's error as seen even when every waiter was cancelled."""
     if not flight.cancelled():
         flight.exception()

@@ -286,7 +286,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         rolling=rolling,
         template_hash_known=known,
     )
-    rt.views.invalidate(ref.namespace, ref.name)
+    rt.forget_cluster(ref.namespace, ref.name)
     await wakeups.poke_dependents(rt, body, entries)
     return conditions
 

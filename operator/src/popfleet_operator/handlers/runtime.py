@@ -41,19 +41,34 @@ CLUSTER_VIEW_TTL_S = float(os.environ.get("POPFLEET_CLUSTER_VIEW_TTL_S", "2"))
 # broker (``clients.brokers``).
 ROUND_LIMIT = int(os.environ.get("POPFLEET_ROUND_LIMIT", "16"))
 BROKER_CALL_LIMIT = int(os.environ.get("POPFLEET_BROKER_CALL_LIMIT", "8"))
+# How often a Topic or ConsumerGroup whose status says all is well is read back from every
+# broker even when nothing changed (``handlers.fanning``; spread over objects by uid).
+VERIFY_INTERVAL_S = float(os.environ.get("POPFLEET_VERIFY_INTERVAL_S", "300"))
 
 
 @dataclass
 class Runtime:
     kube: kube_client.Kube
     pool: BrokerPool
-    views: clusterviews.ClusterViews = field(init=False)
+    views: clusterviews.ClusterViews[clusterviews.ClusterView | None] = field(init=False)
+    epochs: clusterviews.ClusterViews[dict[str, str]] = field(init=False)
     rounds: asyncio.Semaphore = field(init=False)
 
     def __post_init__(self) -> None:
         load = functools.partial(clusterviews.load, self.kube)
         self.views = clusterviews.ClusterViews(load, ttl_s=CLUSTER_VIEW_TTL_S)
+        self.epochs = clusterviews.ClusterViews(self._config_epochs, ttl_s=CLUSTER_VIEW_TTL_S)
         self.rounds = asyncio.Semaphore(ROUND_LIMIT)
+
+    async def _config_epochs(self, namespace: str, cluster: str) -> dict[str, str]:
+        return await clusterviews.config_epochs(
+            namespace, cluster, views=self.views, pool=self.pool
+        )
+
+    def forget_cluster(self, namespace: str, cluster: str) -> None:
+        """The cluster or one of its pods changed: its next rounds read everything afresh."""
+        self.views.invalidate(namespace, cluster)
+        self.epochs.invalidate(namespace, cluster)
 
 
 def get(memo: Any) -> Runtime:

@@ -56,7 +56,7 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     """
     rt = runtime.get(memo)
     cluster, ns = labels[names.LABEL_CLUSTER], namespace or ""
-    rt.views.invalidate(ns, cluster)
+    rt.forget_cluster(ns, cluster)
     url = kube_client.path(names.API_VERSION, CLUSTER, namespace=ns, name=cluster)
     body = await rt.kube.get_or_none(url)
     if body is None or body["metadata"].get("deletionTimestamp"):
@@ -71,7 +71,7 @@ async def cluster_event(*, namespace: str | None, name: str, memo: Any, **_: Any
     """A BrokerCluster was created, changed (spec or status) or deleted: drop its view."""
     found = memo.get("runtime")
     if isinstance(found, runtime.Runtime):
-        found.views.invalidate(namespace or "", name)
+        found.forget_cluster(namespace or "", name)
 
 
 async def poke_dependents(
