@@ -41,10 +41,14 @@ def test_object_lines_carry_namespace_and_name(capsys: pytest.CaptureFixture[str
     logging.getLogger("popfleet_operator.test").info("metrics on 0.0.0.0:8080")
     lines = capsys.readouterr().err.splitlines()
     assert any(
-        line.endswith("[apps/orders] resync: GET /x: no answer (TimeoutError)") for line in lines
+        line.endswith(
+            " WARNING kopf.objects: [apps/orders] resync: GET /x: no answer (TimeoutError)"
+        )
+        for line in lines
     )
     plain = [line for line in lines if "metrics on" in line]
-    assert plain and "[INFO" in plain[0] and "[apps/" not in plain[0]
+    assert plain and " INFO popfleet_operator.test: metrics" in plain[0]
+    assert "[apps/" not in plain[0]
 
 
 @pytest.mark.usefixtures("root_logging")

@@ -47,7 +47,7 @@ def _listen(variable: str) -> tuple[str, int] | None:
 def start_liveness(memo: kopf.Memo) -> None:
     """``/healthz`` from a thread, fed by a heartbeat task on this loop (``liveness``)."""
     listen = _listen("POPFLEET_HEALTH_LISTEN")
-    if listen is None:
+    if listen is None or "liveness" in memo:  # none wanted, or started by an earlier try
         return
     heartbeat = liveness.Heartbeat(stall_s=LOOP_STALL_S)
     server = liveness.Server(*listen, heartbeat=heartbeat)
