@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any, cast
 
 import pytest
 
 from popfleet_operator import errors
 from popfleet_operator.clients import clusterviews
+from popfleet_operator.clients.brokers import BrokerPool
+from popfleet_operator.handlers import runtime
 from popfleet_operator.model import specs
 from popfleet_operator.model.observations import BrokerPod
 
@@ -173,3 +176,21 @@ async def test_expected_names_every_broker_of_the_spec(brokers: int) -> None:
         cluster="demo", spec=specs.parse_cluster({"brokers": brokers}), token=None, pods=()
     )
     assert view.expected == tuple(f"demo-{i}" for i in range(brokers))
+
+
+async def test_forgetting_a_cluster_drops_both_of_its_cached_reads() -> None:
+    rt = runtime.Runtime(kube=cast(Any, None), pool=BrokerPool(cast(Any, None)))
+    views_loader, epoch_loads = Loader(), list[str]()
+
+    async def epochs(namespace: str, cluster: str) -> dict[str, str]:
+        epoch_loads.append(cluster)
+        return {}
+
+    rt.views = clusterviews.ClusterViews(views_loader, clock=Clock())
+    rt.epochs = clusterviews.ClusterViews(epochs, clock=Clock())
+    await rt.views.get("ns", "demo")
+    await rt.epochs.get("ns", "demo")
+    rt.forget_cluster("ns", "demo")  # what wakeups does on a BrokerCluster or pod event
+    assert await brokers_of(rt.views) == 2
+    await rt.epochs.get("ns", "demo")
+    assert epoch_loads == ["demo", "demo"]
