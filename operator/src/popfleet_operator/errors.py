@@ -45,7 +45,7 @@ class SecretNotFound(OperatorError):
 
 
 class KubeError(OperatorError):
-    """The Kubernetes API refused or failed a call; ``status`` is the HTTP status."""
+    """The Kubernetes API refused or failed a call; ``status`` is the HTTP status (0: no answer)."""
 
     def __init__(self, message: str, *, status: int) -> None:
         super().__init__(message, reason="KubernetesError")

@@ -37,7 +37,7 @@ def pod(name: str, ip: str) -> BrokerPod:
 async def test_a_channel_idle_past_the_limit_is_closed_and_a_used_one_kept() -> None:
     clock = Clock()
     brokers, made = pool(clock)
-    brokers.for_pods([pod("demo-0", "10.0.0.1"), pod("demo-1", "10.0.0.2")], None)
+    first = brokers.for_pods([pod("demo-0", "10.0.0.1"), pod("demo-1", "10.0.0.2")], None)
     clock.now_s += 400
     brokers.for_pods([pod("demo-0", "10.0.0.1"), pod("demo-1", "10.0.0.9")], None)  # moved
     clock.now_s += 300  # old demo-1 IP: 700 s unused; demo-0: 300 s
@@ -45,7 +45,8 @@ async def test_a_channel_idle_past_the_limit_is_closed_and_a_used_one_kept() -> 
     assert made["10.0.0.2:9877"].closed
     assert not made["10.0.0.1:9877"].closed and not made["10.0.0.9:9877"].closed
     again = brokers.for_pods([pod("demo-0", "10.0.0.1")], None)
-    assert again["demo-0"] is made["10.0.0.1:9877"]  # kept, reused, not redialled
+    assert again["demo-0"] is first["demo-0"]  # kept, reused, not redialled
+    assert sorted(made) == ["10.0.0.1:9877", "10.0.0.2:9877", "10.0.0.9:9877"]
 
 
 async def test_every_reconcile_round_closes_the_idle_channels() -> None:

@@ -4,7 +4,9 @@ kopf watches and patches the popfleet CRs itself; this module does the rest: ser
 apply of children (field manager ``popfleet-operator``, conflicts forced: the operator owns
 what it declares), listing broker pods, reading the admin token Secret and the BrokerCluster
 a Topic or ConsumerGroup refers to. Bodies are plain dicts; errors become
-:class:`~popfleet_operator.errors.KubeError` with the HTTP status.
+:class:`~popfleet_operator.errors.KubeError` with the HTTP status, and so do calls that got
+no answer (a timeout, a refused or dropped connection: status 0, retriable), so that they
+reach ``handlers.runtime.reconcile_round`` as a retry with back-off, never as a traceback.
 
 Configuration: ``$KUBECONFIG`` when set (the local testbed gives every pod one), otherwise
 the in-cluster service account. See docs/design/2026-11-21-operator-client.md for why this
@@ -20,6 +22,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
+import aiohttp
 from kubernetes_asyncio import client as k8s_client
 from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -30,6 +33,11 @@ from popfleet_operator.model.observations import BrokerPod, broker_pod
 from popfleet_operator.model.specs import ClusterSpec
 
 Obj = dict[str, Any]
+
+# What a call that got no (complete) answer raises: aiohttp's client errors (refused, reset,
+# server disconnected, its own timeouts), asyncio's timeout (the builtin TimeoutError) and
+# the OS's socket errors.
+NO_ANSWER = (aiohttp.ClientError, TimeoutError, OSError)
 
 # apiVersion, kind -> URL plural, for the kinds the operator manages.
 PLURALS = {
@@ -49,6 +57,12 @@ PLURALS = {
     (names.API_VERSION, "Topic"): "topics",
     (names.API_VERSION, "ConsumerGroup"): "consumergroups",
 }
+
+
+def no_answer(method: str, url: str, exc: BaseException) -> KubeError:
+    """A call that got no answer, as a retriable ``KubeError`` (status 0) naming what happened."""
+    what = type(exc).__name__ + (f": {exc}" if str(exc) else "")
+    return KubeError(f"{method} {url}: no answer ({what})", status=0)
 
 
 def path(api_version: str, kind: str, *, namespace: str, name: str | None = None) -> str:
@@ -99,15 +113,19 @@ class Kube:
             raise KubeError(
                 f"{method} {url}: {exc.status} {exc.reason}", status=exc.status
             ) from exc
+        except NO_ANSWER as exc:
+            raise no_answer(method, url, exc) from exc
         try:
             text = await response.text()
-            if not 200 <= response.status <= 299:
-                raise KubeError(
-                    f"{method} {url}: {response.status} {text[:500]}", status=response.status
-                )
-            return json.loads(text) if text else {}
+        except NO_ANSWER as exc:
+            raise no_answer(method, url, exc) from exc
         finally:
             response.release()
+        if not 200 <= response.status <= 299:
+            raise KubeError(
+                f"{method} {url}: {response.status} {text[:500]}", status=response.status
+            )
+        return json.loads(text) if text else {}
 
     async def get_or_none(self, url: str) -> Obj | None:
         try:

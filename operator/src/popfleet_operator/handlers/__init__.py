@@ -4,5 +4,6 @@
 connection pool) at start-up; ``clusters``, ``topics`` and ``groups`` reconcile the three
 kinds as named steps (the last two through ``fanning``'s shared steps); ``wakeups`` holds
 the re-apply chain after a broker pod is replaced; ``audits`` runs the BrokerClusters'
-audit schedules; ``runtime`` what every round shares; ``metrics`` the Prometheus series.
+audit schedules; ``runtime`` what every round shares; ``metrics`` the Prometheus series;
+``liveness`` the ``/healthz`` answered from a thread off the event loop.
 """

@@ -15,7 +15,9 @@ a broker pod changes (``wakeups.pod_changed`` wakes it):
    StatefulSet with this round's partition;
 8. ``report``: status, conditions, Events for transitions (rollout steps included), metrics;
 9. ``wakeups.poke_dependents``: when the brokers changed, wake this cluster's Topics and
-   ConsumerGroups so they re-apply now (``wakeups`` draws the whole chain).
+   ConsumerGroups so they re-apply now (``wakeups`` draws the whole chain); before that,
+   the cluster's shared view (``clients.clusterviews``) is invalidated so they read the
+   pods and spec this round saw.
 """
 
 from __future__ import annotations
@@ -284,6 +286,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         rolling=rolling,
         template_hash_known=known,
     )
+    rt.forget_cluster(ref.namespace, ref.name)
     await wakeups.poke_dependents(rt, body, entries)
     return conditions
 

@@ -14,9 +14,17 @@ entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand
 3. ``claim``: the oldest CR declaring this name on this cluster wins; others get
    ``Ready=False, ResourceConflict`` and touch nothing;
 4. ``target``: the referenced BrokerCluster (missing -> ``ClusterNotFound``), its admin
-   token and the broker pods it should have (ordinals below ``spec.brokers``);
+   token and the broker pods it should have (ordinals below ``spec.brokers``), from the
+   view all the cluster's objects share (``clients.clusterviews``: one load per cluster
+   per ``POPFLEET_CLUSTER_VIEW_TTL_S``, invalidated by cluster and pod events);
+4a. ``unchanged`` (resync ticks only): the status says synced for this generation, no
+   broker's config epoch moved (one ``info`` per broker per cluster, shared) and the
+   object's full read-back is not due (``POPFLEET_VERIFY_INTERVAL_S``, phase from its
+   uid): stop here, no broker call and no write (``planning.resync``);
 5. ``sync``: ``declared.sync(admins, spec)``: apply + read back on every broker
-   (``clients.fanout``);
+   (``clients.fanout``); step 5 holds one of ``runtime.ROUND_LIMIT`` slots
+   (``$POPFLEET_ROUND_LIMIT``), so a burst of objects queues here rather than on the API
+   client and the brokers;
 6. ``report``: per-broker status (``declared.entry``), conditions, Events (``Reapplied``
    for a broker this round found with a new config epoch), metrics; unreachable brokers ->
    ``TemporaryError`` with back-off from change handlers (timers simply try again next
@@ -25,6 +33,7 @@ entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
@@ -34,11 +43,10 @@ import kopf
 from popfleet_api.client import BrokerAdminApi
 from popfleet_operator import errors
 from popfleet_operator.clients import fanout
-from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime
 from popfleet_operator.model import names, specs, switches
 from popfleet_operator.model.observations import BrokerOutcome
-from popfleet_operator.planning import conflicts
+from popfleet_operator.planning import conflicts, resync
 from popfleet_operator.status import conditions as c
 from popfleet_operator.status import epochs
 from popfleet_operator.status import fanout as fanout_status
@@ -56,6 +64,7 @@ class FannedSpec(Protocol):
 
 SpecT = TypeVar("SpecT", bound=FannedSpec)
 Claims = kopf.Index[tuple[str, str, str], conflicts.Claim]
+VERIFIED_SLOT = "verified_slot"  # per-object memo: the verify period of the last full round
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,32 +119,12 @@ def claims(
     return {claim_key(namespace or "", cluster, broker_name): claim_of(meta)}
 
 
-async def cluster_spec(
-    rt: runtime.Runtime, namespace: str, cluster: str
-) -> tuple[kopf.Body | dict[str, Any], specs.ClusterSpec] | None:
-    body = await rt.kube.get_or_none(
-        kube_client.path(names.API_VERSION, "BrokerCluster", namespace=namespace, name=cluster)
-    )
-    if body is None or body["metadata"].get("deletionTimestamp"):
-        return None
-    return body, specs.parse_cluster(body.get("spec") or {})
-
-
 async def target(rt: runtime.Runtime, namespace: str, cluster: str) -> Target:
-    found = await cluster_spec(rt, namespace, cluster)
-    if found is None:
+    """The cluster's brokers, from the view all its objects share (``rt.views``)."""
+    view = await rt.views.get(namespace, cluster)
+    if view is None:
         raise errors.ClusterNotFound(f"BrokerCluster {cluster!r} not found in {namespace}")
-    _, spec = found
-    token = await kube_client.admin_token(rt.kube, namespace, spec)
-    pods = [
-        p
-        for p in await kube_client.broker_pods(rt.kube, namespace, cluster)
-        if p.ordinal < spec.brokers
-    ]
-    return Target(
-        admins=rt.pool.for_pods(pods, token),
-        expected=tuple(names.pod(cluster, i) for i in range(spec.brokers)),
-    )
+    return Target(admins=rt.pool.for_pods(view.pods, view.token), expected=view.expected)
 
 
 def reapplied_events(
@@ -203,6 +192,25 @@ def blocked(
     return conditions
 
 
+async def unchanged(
+    declared: Declared[Any], *, rt: runtime.Runtime, body: kopf.Body, memo: Any, where: Target
+) -> bool:
+    """Step 4a: a resync tick with nothing to do (``planning.resync``): skip the brokers."""
+    uid = str(body["metadata"].get("uid", ""))
+    now_s, verify_s = time.time(), runtime.VERIFY_INTERVAL_S
+    if resync.verify_due(memo.get(VERIFIED_SLOT), uid, now_s=now_s, verify_s=verify_s):
+        return False
+    ref = specs.ObjectRef.from_body(declared.kind, body)
+    cluster = str((body.get("spec") or {}).get("clusterRef", {}).get("name", ""))
+    return resync.steady(
+        body.get("status") or {},
+        domain=declared.domain,
+        generation=ref.generation,
+        expected=where.expected,
+        epochs=await rt.epochs.get(ref.namespace, cluster),
+    )
+
+
 async def reconcile(
     declared: Declared[SpecT],
     *,
@@ -210,8 +218,9 @@ async def reconcile(
     patch: kopf.Patch,
     memo: Any,
     index: Claims,
+    tick: bool = False,
 ) -> list[c.Condition]:
-    """Steps 1-6 (module docstring) for one Topic or ConsumerGroup."""
+    """Steps 1-6 (module docstring) for one Topic or ConsumerGroup; ``tick``: a resync."""
     rt = runtime.get(memo)
     if switches.unmanaged(body):
         message = f"{names.MANAGED}=false"
@@ -241,7 +250,13 @@ async def reconcile(
     except errors.InvalidSpec as exc:
         message = f"BrokerCluster {spec.cluster!r}: {exc.message}"
         return blocked(declared, body=body, patch=patch, reason=c.INVALID_SPEC, message=message)
-    outcomes = await declared.sync(where.admins, spec)
+    if tick and await unchanged(declared, rt=rt, body=body, memo=memo, where=where):
+        return []
+    async with rt.rounds:
+        outcomes = await declared.sync(where.admins, spec)
+    memo[VERIFIED_SLOT] = resync.slot(
+        str(body["metadata"].get("uid", "")), now_s=time.time(), verify_s=runtime.VERIFY_INTERVAL_S
+    )
     return report(
         declared,
         body=body,
@@ -268,7 +283,9 @@ async def run(
         memo=memo,
         logger=logger,
         retry=retry,
-        reconcile=lambda: reconcile(declared, body=body, patch=patch, memo=memo, index=index),
+        reconcile=lambda: reconcile(
+            declared, body=body, patch=patch, memo=memo, index=index, tick=retry is None
+        ),
     )
 
 

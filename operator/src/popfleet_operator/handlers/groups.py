@@ -76,7 +76,9 @@ async def changed(
     )
 
 
-@kopf.timer(*GROUPS.resource, id="resync", interval=runtime.RESYNC_S)
+@kopf.timer(
+    *GROUPS.resource, id="resync", interval=runtime.RESYNC_S, initial_delay=runtime.RESYNC_S
+)
 async def resync(
     *,
     body: kopf.Body,

@@ -1,24 +1,26 @@
-"""What every handler shares: the Kubernetes client, the broker pool, the intervals.
+"""What every handler shares: Kubernetes client, broker pool, cluster views, intervals.
 
 Built once at start-up (``settings.startup``) and kept in kopf's global ``memo``; handlers
 reach it with :func:`get`. Also what every reconciler's round needs around its steps: the
 per-object lock, :func:`reconcile_round` (timing, counting, error translation) and
-:func:`write_status` (kopf's status patch). The pure helpers live in ``model.switches``,
-``model.observations`` and ``status.epochs``; the reads of pods and Secrets in
-``clients.kube``.
+:func:`write_status` (kopf's status patch, only what changed). The pure helpers live in
+``model.switches``, ``model.observations`` and ``status.epochs``; the reads of pods and
+Secrets in ``clients.kube``, the shared cluster reads in ``clients.clusterviews``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import functools
 import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
 
+from popfleet_operator.clients import clusterviews
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.errors import OperatorError
@@ -31,12 +33,42 @@ ADMIN_TIMEOUT_S = float(os.environ.get("POPFLEET_ADMIN_TIMEOUT_S", "5"))
 # How long an updated broker pod may take to be Ready and re-applied before a rolling update
 # is reported stuck (the store's startup probe alone allows 300 s).
 ROLLOUT_READY_TIMEOUT_S = float(os.environ.get("POPFLEET_ROLLOUT_READY_TIMEOUT_S", "600"))
+# How long a Topic or ConsumerGroup round reuses its BrokerCluster's spec, token and pods
+# (``clients.clusterviews``); cluster and pod events invalidate sooner.
+CLUSTER_VIEW_TTL_S = float(os.environ.get("POPFLEET_CLUSTER_VIEW_TTL_S", "2"))
+# Concurrency (docs/operations.md "Tuning concurrency"): Topic and ConsumerGroup rounds
+# talking to brokers at once (the rest wait for a slot), and admin calls under way per
+# broker (``clients.brokers``).
+ROUND_LIMIT = int(os.environ.get("POPFLEET_ROUND_LIMIT", "16"))
+BROKER_CALL_LIMIT = int(os.environ.get("POPFLEET_BROKER_CALL_LIMIT", "8"))
+# How often a Topic or ConsumerGroup whose status says all is well is read back from every
+# broker even when nothing changed (``handlers.fanning``; spread over objects by uid).
+VERIFY_INTERVAL_S = float(os.environ.get("POPFLEET_VERIFY_INTERVAL_S", "300"))
 
 
 @dataclass
 class Runtime:
     kube: kube_client.Kube
     pool: BrokerPool
+    views: clusterviews.ClusterViews[clusterviews.ClusterView | None] = field(init=False)
+    epochs: clusterviews.ClusterViews[dict[str, str]] = field(init=False)
+    rounds: asyncio.Semaphore = field(init=False)
+
+    def __post_init__(self) -> None:
+        load = functools.partial(clusterviews.load, self.kube)
+        self.views = clusterviews.ClusterViews(load, ttl_s=CLUSTER_VIEW_TTL_S)
+        self.epochs = clusterviews.ClusterViews(self._config_epochs, ttl_s=CLUSTER_VIEW_TTL_S)
+        self.rounds = asyncio.Semaphore(ROUND_LIMIT)
+
+    async def _config_epochs(self, namespace: str, cluster: str) -> dict[str, str]:
+        return await clusterviews.config_epochs(
+            namespace, cluster, views=self.views, pool=self.pool
+        )
+
+    def forget_cluster(self, namespace: str, cluster: str) -> None:
+        """The cluster or one of its pods changed: its next rounds read everything afresh."""
+        self.views.invalidate(namespace, cluster)
+        self.epochs.invalidate(namespace, cluster)
 
 
 def get(memo: Any) -> Runtime:
@@ -119,12 +151,18 @@ def write_status(
     updates: Sequence[c.Condition],
     **fields: Any,
 ) -> None:
-    """Put ``fields`` and the merged conditions into kopf's status patch."""
+    """Put ``fields``, ``observedGeneration`` and the merged conditions into kopf's status
+    patch, each only when it differs from ``body.status``.
+
+    A round that changes nothing (the usual resync tick) thus leaves the patch empty and
+    kopf sends no PATCH: ``conditions.merge`` keeps each transition time unless the status
+    flips, so an unchanged round merges to the list already there. A field given as None is
+    removed when present and left out when absent.
+    """
     status = body.get("status") or {}
     generation = int(body["metadata"].get("generation", 0))
-    for key, value in fields.items():
-        patch.status[key] = value
-    patch.status["observedGeneration"] = generation
-    patch.status["conditions"] = c.merge(
-        status.get("conditions") or [], updates, now=now(), generation=generation
-    )
+    merged = c.merge(status.get("conditions") or [], updates, now=now(), generation=generation)
+    wanted = {**fields, "observedGeneration": generation, "conditions": merged}
+    for key, value in wanted.items():
+        if status.get(key) != value:
+            patch.status[key] = value

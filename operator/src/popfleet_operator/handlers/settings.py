@@ -10,12 +10,19 @@
   goes (``uninstalling`` relies on the operator removing it);
 * handler log lines are not all posted as Events (only warnings); the reconcilers post
   their own Events for transitions;
+* concurrency: kopf's ``queueing.worker_limit`` stays unset (a worker sleeping out a
+  retry back-off would hold its slot and starve the other objects); the work is bounded by
+  ``runtime.ROUND_LIMIT`` (rounds at once) and ``runtime.BROKER_CALL_LIMIT`` (per broker);
+* liveness: ``/healthz`` on ``$POPFLEET_HEALTH_LISTEN`` is ours (``liveness``), answered
+  from a thread off the busy event loop, not kopf's;
 * peering: kopf's own (``ClusterKopfPeering`` named by ``$POPFLEET_PEERING_NAME``) so two
   replicas never both act; the chart installs the peering CRD.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 from typing import Any
@@ -25,18 +32,39 @@ from prometheus_client import start_http_server
 
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.clients.brokers import BrokerPool, connect_grpc
-from popfleet_operator.handlers import runtime
+from popfleet_operator.handlers import liveness, runtime
 
 log = logging.getLogger(__name__)
 KOPF_PREFIX = "kopf.popfleet.io"
+LOOP_STALL_S = float(os.environ.get("POPFLEET_LOOP_STALL_S", str(liveness.STALL_S)))
 
 
-def _metrics_listen() -> tuple[str, int] | None:
-    value = os.environ.get("POPFLEET_METRICS_LISTEN", "")
-    if not value:
-        return None
-    host, _, port = value.rpartition(":")
-    return host or "0.0.0.0", int(port)  # noqa: S104 - the pod's own address in a real pod
+def _listen(variable: str) -> tuple[str, int] | None:
+    value = os.environ.get(variable, "")
+    return liveness.parse_listen(value) if value else None
+
+
+def start_liveness(memo: kopf.Memo) -> None:
+    """``/healthz`` from a thread, fed by a heartbeat task on this loop (``liveness``)."""
+    listen = _listen("POPFLEET_HEALTH_LISTEN")
+    if listen is None or "liveness" in memo:  # none wanted, or started by an earlier try
+        return
+    heartbeat = liveness.Heartbeat(stall_s=LOOP_STALL_S)
+    server = liveness.Server(*listen, heartbeat=heartbeat)
+    server.start()
+    memo["liveness"] = (server, asyncio.create_task(liveness.keep_beating(heartbeat)))
+    log.info("liveness on %s:%d%s", *listen, liveness.PATH)
+
+
+async def stop_liveness(memo: kopf.Memo) -> None:
+    found = memo.get("liveness")
+    if found is None:
+        return
+    server, beating = found
+    beating.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await beating
+    server.stop()
 
 
 @kopf.on.login()
@@ -59,7 +87,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.client_timeout = 330
     settings.networking.request_timeout = 60
     settings.batching.error_delays = (1, 2, 5, 10, 30, 60)
-    listen = _metrics_listen()
+    start_liveness(memo)
+    listen = _listen("POPFLEET_METRICS_LISTEN")
     if listen:
         try:
             start_http_server(listen[1], addr=listen[0])
@@ -68,7 +97,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
             log.warning("metrics: cannot listen on %s:%d: %s", *listen, exc)
     memo["runtime"] = runtime.Runtime(
         kube=await kube_client.Kube.connect(),
-        pool=BrokerPool(connect_grpc(runtime.ADMIN_TIMEOUT_S)),
+        pool=BrokerPool(
+            connect_grpc(runtime.ADMIN_TIMEOUT_S), call_limit=runtime.BROKER_CALL_LIMIT
+        ),
     )
 
 
@@ -78,3 +109,4 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if isinstance(found, runtime.Runtime):
         await found.pool.close()
         await found.kube.close()
+    await stop_liveness(memo)

@@ -74,7 +74,9 @@ async def changed(
     )
 
 
-@kopf.timer(*TOPICS.resource, id="resync", interval=runtime.RESYNC_S)
+@kopf.timer(
+    *TOPICS.resource, id="resync", interval=runtime.RESYNC_S, initial_delay=runtime.RESYNC_S
+)
 async def resync(
     *,
     body: kopf.Body,

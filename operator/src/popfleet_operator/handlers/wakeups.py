@@ -15,6 +15,10 @@ the resync timers. Two annotations turn that into ordinary kopf update events::
       -> topics.changed / groups.changed -> fanning.reconcile: apply + read back on every
            broker; Event Reapplied from fanning.report, which observes the re-apply
 
+Both the pod event and any event of the BrokerCluster (``cluster_event``) also invalidate
+the cluster's shared view (``clients.clusterviews``), so the rounds they wake read the new
+pods and spec rather than a view up to ``POPFLEET_CLUSTER_VIEW_TTL_S`` old.
+
 Each arrow is an update event of the next object, so kopf's retries, the per-object lock and
 the progress annotations apply as for any change; the resync timers stay the safety net if
 a wake-up is lost (operator restart, a conflict on the patch).
@@ -52,6 +56,7 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     """
     rt = runtime.get(memo)
     cluster, ns = labels[names.LABEL_CLUSTER], namespace or ""
+    rt.forget_cluster(ns, cluster)
     url = kube_client.path(names.API_VERSION, CLUSTER, namespace=ns, name=cluster)
     body = await rt.kube.get_or_none(url)
     if body is None or body["metadata"].get("deletionTimestamp"):
@@ -59,6 +64,14 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     value = cluster_status.pods_fingerprint(await kube_client.broker_pods(rt.kube, ns, cluster))
     if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
         await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
+
+
+@kopf.on.event(names.GROUP, names.VERSION, "brokerclusters")
+async def cluster_event(*, namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    """A BrokerCluster was created, changed (spec or status) or deleted: drop its view."""
+    found = memo.get("runtime")
+    if isinstance(found, runtime.Runtime):
+        found.forget_cluster(namespace or "", name)
 
 
 async def poke_dependents(
