@@ -5,11 +5,13 @@ chart-installed operator as a pod under the process kubelet, 3 broker pods) gets
 
 1. ``N`` Topics, then ``N`` ConsumerGroups (group ``g-i`` consumes topic ``t-i``, PULL), all
    created as fast as 4 client threads can POST them: **apply time**;
-2. while they converge: one PULL->POP switch of ``g-0000`` (**switch during the bulk**), and
-   the fleet's status listed once a second: **time until every CR has converged** (Topic:
-   ``TopicSynced``, ConsumerGroup: ``ModeApplied``, both for the current generation),
-   **stragglers** at 30/60/120 s, and CRs that had converged and then fell back to
-   ``BrokerUnreachable`` although every broker was up;
+2. from the first create on, while they are created and converge: one PULL->POP switch of
+   ``g-0000`` as soon as it exists, i.e. with half the fleet still to come (**switch during
+   the bulk**), and the fleet's status listed once a second: **time until every CR has
+   converged**, from the first create and after the last one (Topic: ``TopicSynced``,
+   ConsumerGroup: ``ModeApplied``, both for the current generation), **stragglers** at
+   30/60/120 s, and CRs that had converged and then fell back to ``BrokerUnreachable``
+   although every broker was up;
 3. ``--switches`` (default 20) switches of ``g-0001`` one after another: p50/p99/max;
 4. ``--steady-s`` (default 60) seconds with nothing changing: the operator's CPU (% of one
    core) and RSS at steady state.
@@ -340,9 +342,14 @@ def measure(
     admin_before = admin_calls(tb)
     idle = watch.sample()
     start = time.monotonic()
-    create_all(tb, [topic(i) for i in range(n)] + [group(i) for i in range(n)])
-    applied_s = time.monotonic() - start
+    applied: dict[str, float] = {}
 
+    def apply() -> None:
+        create_all(tb, [topic(i) for i in range(n)] + [group(i) for i in range(n)])
+        applied["s"] = time.monotonic() - start
+
+    creator = threading.Thread(target=apply, daemon=True)
+    creator.start()
     bulk_switch: dict[str, float] = {}
     switcher = threading.Thread(
         target=lambda: bulk_switch.update(
@@ -350,16 +357,21 @@ def measure(
         ),
         daemon=True,
     )
-    switcher.start()
+    first_group = kube.ns_path(NS, "consumergroups", "g-0000", group=API)
     fleet = Fleet()
     deadline = start + CONVERGE_TIMEOUT_S
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline:  # observed while the CRs are still being created
+        if switcher.ident is None and tb.admin.get_or_none(first_group) is not None:
+            switcher.start()  # half the fleet is in: the switch lands mid-bulk
         observe(tb, fleet, start=start, total=total)
         if len(fleet.first_converged_s) >= total:
             break
         time.sleep(1.0)
     converged_s = time.monotonic() - start if len(fleet.first_converged_s) >= total else None
-    switcher.join(timeout=CONVERGE_TIMEOUT_S)
+    creator.join(timeout=CONVERGE_TIMEOUT_S)
+    applied_s = applied.get("s", float("inf"))
+    if switcher.ident is not None:
+        switcher.join(timeout=CONVERGE_TIMEOUT_S)
     bulk_end = time.monotonic()
 
     after = [
@@ -389,6 +401,9 @@ def measure(
         "n_groups": n,
         "apply_s": round(applied_s, 1),
         "all_converged_s": None if converged_s is None else round(converged_s, 1),
+        "converged_after_apply_s": None
+        if converged_s is None
+        else round(max(0.0, converged_s - applied_s), 1),
         "converged": len(fleet.first_converged_s),
         "not_converged_at_s": {str(k): v for k, v in fleet.stragglers.items()},
         "fell_back_to_unreachable": len(fleet.fell_back),
