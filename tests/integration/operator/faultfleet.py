@@ -27,7 +27,8 @@ from tests.integration.operator import story
 Obj = dict[str, Any]
 LABEL = "faults.popfleet.io/fleet"
 DOMAIN = {"topics": "TopicSynced", "consumergroups": "ModeApplied"}
-KINDS = {"topics": "Topic", "consumergroups": "ConsumerGroup"}
+OPERATOR_NS = "popfleet-system"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=popfleet-operator"
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,9 +211,16 @@ def broker_silent(pod: Obj, *, deadline_s: float) -> bool:
     return asyncio.run(probe())
 
 
+def operator_pod(tb: cluster.Cluster) -> Obj:
+    """The operator's pod (one not being deleted: a replaced one may still be going)."""
+    pods = tb.pods(OPERATOR_NS, OPERATOR_SELECTOR)
+    (pod,) = [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    return pod
+
+
 def operator_setting(tb: cluster.Cluster, name: str) -> float:
     """A number the chart put into the operator's environment (``POPFLEET_*``)."""
-    pod = story.operator_pod(tb, "popfleet-system")
+    pod = operator_pod(tb)
     (container,) = pod["spec"]["containers"]
     for env in container.get("env") or []:
         if env["name"] == name:
