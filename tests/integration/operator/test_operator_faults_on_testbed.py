@@ -256,7 +256,7 @@ def test_the_operator_pod_deleted_mid_fan_out_the_next_one_finishes(
 
     names = [name for _, name in fleet.names]
     waiting.until(
-        lambda: faultfleet.lines_naming(tb.log(new), ns, names),
+        lambda: bool(faultfleet.lines_naming(tb.log(new), ns, names)),
         timeout_s=30,
         what=f"the new operator's log naming an object [ns/name] ({left} were left to it)",
     )
