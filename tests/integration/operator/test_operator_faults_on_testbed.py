@@ -114,6 +114,17 @@ def test_a_broker_slower_than_the_deadline_is_not_reported_unreachable(
     pod = broker_pod(tb, ns, 1)
     store = story.container_process(tb, pod, "store")
     with faultfleet.watch(tb, ns, fleet.prefix) as recorder:
+        # The watch is live (else "never" would hold vacuously): it sees an annotation land.
+        tb.kubectl("annotate", "topic", fleet.topic(0), "-n", ns, f"{faultfleet.LABEL}-watched=1")
+        waiting.until(
+            lambda: any(
+                f"{faultfleet.LABEL}-watched" in (obj["metadata"].get("annotations") or {})
+                for _, obj in recorder.versions()
+            ),
+            timeout_s=30,
+            what="the watch seeing the annotation",
+        )
+        faultfleet.wait_converged(tb, ns, fleet, timeout_s=60)
         story.freeze(store, frozen=True)
         try:
             assert faultfleet.broker_silent(pod, deadline_s=deadline_s)
