@@ -25,6 +25,10 @@ Steps of ``up`` (each waits with a bounded deadline and fails with the component
 
 ``down`` stops every recorded PID in reverse start order (SIGTERM, then SIGKILL after a
 grace period), then any pod process the kubelet left behind, then removes the run directory.
+
+``restart_apiserver`` stops kube-apiserver and starts it again with the argv it ran with
+(same port, certificates and etcd, which keeps running and keeps every object): fault tests
+take the API away from the operator and its clients and give it back.
 """
 
 from __future__ import annotations
@@ -374,6 +378,28 @@ def _start_all(info: Info, starter: _Starter) -> None:
         )
     finally:
         admin.close()
+
+
+def restart_apiserver(info: Info, *, grace_s: float = 10.0) -> None:
+    """Stop kube-apiserver, start it again with the same argv and pid file, wait ``/readyz``.
+
+    The argv is read back from ``/proc/<pid>/cmdline`` of the recorded process, so the new one
+    listens on the same port with the same flags (nothing here restates ``_start_all``).
+    """
+    layout = info.layout
+    (pid_file,) = layout.pids.glob("*-kube-apiserver.pid")
+    rec = processes.read_pid_file(pid_file)
+    if rec is None or not processes.alive(rec):
+        raise errors.TestbedError(f"kube-apiserver of {info.run_dir} is not running")
+    argv = Path(f"/proc/{rec.pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    processes.stop(rec, grace_s=grace_s)
+    _, new = processes.spawn(argv, log_path=layout.logs / "kube-apiserver.log", pid_file=pid_file)
+    _Starter(layout).wait(
+        "kube-apiserver",
+        new,
+        lambda: _https_ok(f"{info.server_url}/readyz", layout),
+        "kube-apiserver /readyz after a restart",
+    )
 
 
 def node_ready(admin: kube.Kube, node_name: str) -> bool:

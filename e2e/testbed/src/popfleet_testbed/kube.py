@@ -5,7 +5,10 @@ dicts (what the API sends), not as the client's generated model classes; ``ApiCl
 with ``_preload_content=False`` gives exactly that while the official client still does
 kubeconfig loading, TLS and client-certificate auth. Errors become ``errors.KubeError``.
 
-Every request has a timeout; only 127.0.0.1 is ever contacted (the kubeconfigs say so).
+Every request has a timeout; only 127.0.0.1 is ever contacted (the kubeconfigs say so). No
+answer at all (urllib3 gave up: connection refused while the apiserver restarts, a dropped
+connection) is ``errors.NotReadyYet``, retriable, so that pollers and the kubelet's loop wait
+for the apiserver instead of dying.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any, cast
 
 from kubernetes import config as kube_config  # type: ignore[import-untyped]
 from kubernetes.client.exceptions import ApiException  # type: ignore[import-untyped]
+from urllib3.exceptions import HTTPError
 
 from popfleet_testbed import errors
 
@@ -67,6 +71,10 @@ class Kube:
             except (TypeError, ValueError):
                 message = str(exc.body)
             raise errors.KubeError(int(exc.status), reason, message) from None
+        except HTTPError as exc:  # not an OSError: urllib3's own, after its retries
+            raise errors.NotReadyYet(
+                f"{method} {path}: no answer from the apiserver: {exc}"
+            ) from None
         data = resp.data
         if not data:
             return {}
