@@ -235,12 +235,13 @@ def test_a_broker_unreachable_while_100_crs_change_then_all_converge(
 def test_the_operator_pod_deleted_mid_fan_out_the_next_one_finishes(
     popfleet_release: cluster.Cluster, ns: str, fleets: list[str]
 ) -> None:
-    """The pod is deleted with a zero grace period once the first object converged.
+    """The old operator is frozen (SIGSTOP) once the first object converged, then its pod is
+    deleted with a zero grace period: the fan-out is cut where it stands, as an OOM kill or a
+    lost node would cut it, leaving the old pod's peering record for the next pod.
 
-    With the default grace period kopf stops gracefully and the old pod finished the whole
-    fleet before it went (seen on the testbed), so the next pod would have nothing left to
-    prove; a zero grace period cuts the fan-out (as an OOM kill or a lost node would), and
-    leaves the old pod's peering record behind for the next pod to deal with.
+    Deleting alone does not cut it: until the kubelet acts on the deletion the old process
+    runs on, and it finished all 100 objects in that time (seen on the testbed), leaving
+    the next pod nothing to prove. The test insists that something was left.
     """
     tb = popfleet_release
     fleet = Fleet("op", CLUSTER, BROKERS, PAIRS)
@@ -251,11 +252,13 @@ def test_the_operator_pod_deleted_mid_fan_out_the_next_one_finishes(
         timeout_s=60,
         what="the fan-out under way (one object converged)",
     )
+    story.freeze(story.container_process(tb, old, "operator"), frozen=True)
+    left = len(faultfleet.stragglers(tb, ns, fleet))
+    assert left > 0, "the old operator finished the fleet before it was frozen"
     tb.kubectl(
         "delete", "pod", old["metadata"]["name"], "-n", OPERATOR_NS,
         "--grace-period=0", "--force", "--wait=true", "--timeout=60s", timeout_s=90,
     )  # fmt: skip
-    left = len(faultfleet.stragglers(tb, ns, fleet))
 
     def replaced() -> dict[str, Any] | None:
         pods = tb.pods(OPERATOR_NS, OPERATOR_SELECTOR)
