@@ -25,6 +25,9 @@ entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand
    (``clients.fanout``); step 5 holds one of ``runtime.ROUND_LIMIT`` slots
    (``$POPFLEET_ROUND_LIMIT``), so a burst of objects queues here rather than on the API
    client and the brokers;
+5a. ``held`` (resync ticks only): the object is confirmed for this generation and the only
+   trouble is a broker silent for less than ``POPFLEET_UNREACHABLE_AFTER_S``: keep the
+   status, write nothing, read again next tick (``planning.silence``: slow is not gone);
 6. ``report``: per-broker status (``declared.entry``), conditions, Events (``Reapplied``
    for a broker this round found with a new config epoch), metrics; unreachable brokers ->
    ``TemporaryError`` with back-off from change handlers (timers simply try again next
@@ -211,6 +214,29 @@ async def unchanged(
     )
 
 
+def held(
+    declared: Declared[Any],
+    *,
+    rt: runtime.Runtime,
+    body: kopf.Body,
+    cluster: str,
+    outcomes: Sequence[BrokerOutcome],
+    tick: bool,
+) -> bool:
+    """Step 5a: a resync of a confirmed object keeps its status while a broker is briefly
+    silent (``planning.silence``); the next tick reads it again."""
+    ref = specs.ObjectRef.from_body(declared.kind, body)
+    now_s = time.monotonic()
+    rt.silence.observe(ref.namespace, cluster, outcomes, now_s=now_s)
+    return (
+        tick
+        and resync.confirmed(
+            body.get("status") or {}, domain=declared.domain, generation=ref.generation
+        )
+        and rt.silence.hold(ref.namespace, cluster, outcomes, now_s=now_s)
+    )
+
+
 async def reconcile(
     declared: Declared[SpecT],
     *,
@@ -254,6 +280,8 @@ async def reconcile(
         return []
     async with rt.rounds:
         outcomes = await declared.sync(where.admins, spec)
+    if held(declared, rt=rt, body=body, cluster=spec.cluster, outcomes=outcomes, tick=tick):
+        return []
     memo[VERIFIED_SLOT] = resync.slot(
         str(body["metadata"].get("uid", "")), now_s=time.time(), verify_s=runtime.VERIFY_INTERVAL_S
     )

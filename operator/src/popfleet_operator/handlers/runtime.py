@@ -26,6 +26,7 @@ from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.errors import OperatorError
 from popfleet_operator.handlers import metrics
 from popfleet_operator.planning import backoff
+from popfleet_operator.planning.silence import BrokerSilence
 from popfleet_operator.status import conditions as c
 
 RESYNC_S = float(os.environ.get("POPFLEET_RESYNC_INTERVAL_S", "30"))
@@ -44,6 +45,9 @@ BROKER_CALL_LIMIT = int(os.environ.get("POPFLEET_BROKER_CALL_LIMIT", "8"))
 # How often a Topic or ConsumerGroup whose status says all is well is read back from every
 # broker even when nothing changed (``handlers.fanning``; spread over objects by uid).
 VERIFY_INTERVAL_S = float(os.environ.get("POPFLEET_VERIFY_INTERVAL_S", "300"))
+# How long a resync of a converged object waits before reporting a silent broker as
+# unreachable (``planning.silence``: slow is not gone); change rounds report at once.
+UNREACHABLE_AFTER_S = float(os.environ.get("POPFLEET_UNREACHABLE_AFTER_S", "30"))
 
 
 @dataclass
@@ -53,12 +57,14 @@ class Runtime:
     views: clusterviews.ClusterViews[clusterviews.ClusterView | None] = field(init=False)
     epochs: clusterviews.ClusterViews[dict[str, str]] = field(init=False)
     rounds: asyncio.Semaphore = field(init=False)
+    silence: BrokerSilence = field(init=False)
 
     def __post_init__(self) -> None:
         load = functools.partial(clusterviews.load, self.kube)
         self.views = clusterviews.ClusterViews(load, ttl_s=CLUSTER_VIEW_TTL_S)
         self.epochs = clusterviews.ClusterViews(self._config_epochs, ttl_s=CLUSTER_VIEW_TTL_S)
         self.rounds = asyncio.Semaphore(ROUND_LIMIT)
+        self.silence = BrokerSilence(grace_s=UNREACHABLE_AFTER_S)
 
     async def _config_epochs(self, namespace: str, cluster: str) -> dict[str, str]:
         return await clusterviews.config_epochs(

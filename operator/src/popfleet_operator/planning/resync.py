@@ -22,6 +22,18 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 
+def confirmed(status: Mapping[str, Any], *, domain: str, generation: int) -> bool:
+    """The status says the domain condition is True for ``generation``."""
+    if status.get("observedGeneration") != generation:
+        return False
+    condition = next((c for c in status.get("conditions") or [] if c.get("type") == domain), None)
+    return (
+        condition is not None
+        and condition.get("status") == "True"
+        and condition.get("observedGeneration") == generation
+    )
+
+
 def steady(
     status: Mapping[str, Any],
     *,
@@ -31,12 +43,7 @@ def steady(
     epochs: Mapping[str, str],
 ) -> bool:
     """Step 1: the status says synced for ``generation`` and no broker's epoch moved."""
-    if not expected or status.get("observedGeneration") != generation:
-        return False
-    condition = next((c for c in status.get("conditions") or [] if c.get("type") == domain), None)
-    if condition is None or condition.get("status") != "True":
-        return False
-    if condition.get("observedGeneration") != generation:
+    if not expected or not confirmed(status, domain=domain, generation=generation):
         return False
     recorded = {
         str(b.get("name")): str(b.get("configEpoch") or "") for b in status.get("brokers") or []
