@@ -13,7 +13,7 @@ capabilities and ``no-new-privileges``, writable only where the deployments moun
   client port, ``revive`` still running);
 * operator: ``python -m popfleet_operator`` against the kind cluster (read-only kubeconfig,
   host network so it reaches the API server on 127.0.0.1, an empty watched namespace so it
-  reconciles nothing) -> kopf's ``/healthz`` answers 200;
+  reconciles nothing) -> the operator's ``/healthz`` (its liveness thread) answers 200;
 * audit: ``popfleet-audit --help`` and a PySpark ``local[1]`` job to completion.
 
 Ports are published on 127.0.0.1 only. Every container is removed afterwards, pass or fail.
@@ -187,7 +187,7 @@ def smoke_operator(image: str, uid: int, tag: str, kubeconfig: Path) -> str:
                          f"--env=POPFLEET_HEALTH_LISTEN=127.0.0.1:{port}"),
                image)  # fmt: skip
         wait_http(name, f"http://127.0.0.1:{port}/healthz")
-        return "kopf /healthz 200"
+        return "operator /healthz 200"
 
 
 SPARK_JOB = (  # the audit's own session builder, as `popfleet-audit` runs it
