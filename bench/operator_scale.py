@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import common
 from popfleet_testbed import binaries, cluster, controlplane, kube, waiting
@@ -191,20 +192,20 @@ def mib(value: int) -> float:
 
 # -- the apiserver's own count of requests ---------------------------------------------------
 
-REQUEST_LINE = re.compile(r"^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$", re.M)
+
+def counter_total(text: str, name: str, **labels: str) -> int | None:
+    """Sum of the counter ``name`` (its ``_total`` samples matching ``labels``) in a Prometheus
+    exposition; None when the exposition has no such counter."""
+    found = None
+    for family in text_string_to_metric_families(text):
+        if family.name != name:
+            continue
+        for sample in family.samples:
+            if sample.name == f"{name}_total" and labels.items() <= sample.labels.items():
+                found = (found or 0) + int(sample.value)
+    return found
 
 
-def count_requests(lines: list[tuple[str, str]]) -> tuple[int, int]:
-    """(all requests, of which 429) over ``REQUEST_LINE`` matches (labels, value)."""
-    total = throttled = 0
-    for labels, value in lines:
-        total += int(float(value))
-        if 'code="429"' in labels:
-            throttled += int(float(value))
-    return total, throttled
-
-
-ADMIN_LINE = re.compile(r"^popfleet_admin_requests_total\{([^}]*)\} ([0-9.e+]+)$", re.M)
 STORE_METRICS_PORT = 9100  # names.METRICS_PORTS["store"]
 
 
@@ -219,16 +220,18 @@ def admin_calls(tb: cluster.Cluster) -> int | None:
             text = tb.http(pod, "/metrics", port=STORE_METRICS_PORT)
         except OSError:
             return None
-        found = ADMIN_LINE.findall(text)
-        if not found:
+        found = counter_total(text, "popfleet_admin_requests")
+        if found is None:
             return None  # a broker without the counter (before it existed)
-        total += sum(int(float(value)) for _, value in found)
+        total += found
     return total
 
 
 def apiserver_requests(tb: cluster.Cluster) -> tuple[int, int]:
     """(all requests, of which 429) the apiserver has answered since it started."""
-    return count_requests(REQUEST_LINE.findall(tb.kubectl("get", "--raw", "/metrics")))
+    text = tb.kubectl("get", "--raw", "/metrics")
+    total = counter_total(text, "apiserver_request") or 0
+    return total, counter_total(text, "apiserver_request", code="429") or 0
 
 
 # -- one size ----------------------------------------------------------------------------------

@@ -39,11 +39,14 @@ def test_cpu_percent_is_cpu_time_over_wall_time_and_none_across_a_restart() -> N
     assert scale.cpu_percent(samples[:1]) is None
 
 
-def test_apiserver_request_lines_are_summed_and_429s_counted() -> None:
+def test_counters_are_summed_over_their_samples_and_filtered_by_label() -> None:
     text = (
+        "# TYPE apiserver_request_total counter\n"
         'apiserver_request_total{code="200",verb="GET"} 40\n'
         'apiserver_request_total{code="429",verb="PATCH"} 3\n'
+        "# TYPE apiserver_request_duration_seconds histogram\n"
         'apiserver_request_duration_seconds_count{verb="GET"} 999\n'
     )
-    found = scale.REQUEST_LINE.findall(text)
-    assert scale.count_requests(found) == (43, 3)
+    assert scale.counter_total(text, "apiserver_request") == 43
+    assert scale.counter_total(text, "apiserver_request", code="429") == 3
+    assert scale.counter_total(text, "popfleet_admin_requests") is None
