@@ -35,9 +35,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import statistics
+import subprocess
 import tempfile
 import threading
 import time
@@ -52,19 +52,24 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench import common
+from bench.scaletargets import (
+    OPERATOR_NS,
+    OPERATOR_SELECTOR,
+    KindTarget,
+    Sample,
+    Target,
+    TestbedTarget,
+)
 from popfleet_testbed import binaries, cluster, controlplane, kube, waiting
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "scale"
 API = "popfleet.io/v1alpha1"
-OPERATOR_NS = "popfleet-system"
-OPERATOR_SELECTOR = "app.kubernetes.io/name=popfleet-operator"
 QUEUES = 4
 BROKERS = 3
 CREATE_THREADS = 4
 CONVERGE_TIMEOUT_S = 600.0
 STRAGGLER_MARKS_S = (30, 60, 120)
-TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def topic(i: int) -> dict[str, Any]:
@@ -117,47 +122,20 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-# -- the operator process, watched from /proc ------------------------------------------------
-
-
-@dataclass
-class Sample:
-    at: float  # monotonic
-    rss_bytes: int
-    cpu_s: float
+# -- the operator process, sampled once a second ---------------------------------------------
 
 
 @dataclass
 class ProcessWatch:
-    """Samples the operator's RSS and CPU time once a second on a thread of its own."""
+    """Samples the operator's RSS and CPU time once a second on a thread of its own
+    (``Target.operator_sample``: /proc on the testbed, its own metrics on kind)."""
 
-    tb: cluster.Cluster
+    target: Target
     samples: list[Sample] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
-    def pid(self) -> int | None:
-        pods = self.tb.pods(OPERATOR_NS, OPERATOR_SELECTOR)
-        if not pods:
-            return None
-        pid_file = self.tb.pod_dir(pods[0]) / "containers" / "operator.pid"
-        try:
-            return int(pid_file.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
     def sample(self) -> Sample | None:
-        pid = self.pid()
-        if pid is None:
-            return None
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            return None
-        fields = stat.rsplit(")", 1)[1].split()  # after "pid (comm)"
-        cpu_s = (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
-        rss = re.search(r"^VmRSS:\s+(\d+) kB", status, re.M)
-        return Sample(time.monotonic(), int(rss.group(1)) * 1024 if rss else 0, cpu_s)
+        return self.target.operator_sample()
 
     def run(self) -> None:
         while not self._stop.wait(1.0):
@@ -209,16 +187,16 @@ def counter_total(text: str, name: str, **labels: str) -> int | None:
 STORE_METRICS_PORT = 9100  # names.METRICS_PORTS["store"]
 
 
-def admin_calls(tb: cluster.Cluster) -> int | None:
+def admin_calls(target: Target) -> int | None:
     """Admin API calls every broker's store role has answered (None: a broker did not say)."""
     total = 0
-    pods = tb.pods(NS, "app.kubernetes.io/name=popfleet-broker")
+    pods = target.pods(NS, "app.kubernetes.io/name=popfleet-broker")
     if len(pods) != BROKERS:
         return None
     for pod in pods:
         try:
-            text = tb.http(pod, "/metrics", port=STORE_METRICS_PORT)
-        except OSError:
+            text = target.metrics(pod, STORE_METRICS_PORT)
+        except (OSError, RuntimeError, subprocess.TimeoutExpired):
             return None
         found = counter_total(text, "popfleet_admin_requests")
         if found is None:
@@ -227,9 +205,9 @@ def admin_calls(tb: cluster.Cluster) -> int | None:
     return total
 
 
-def apiserver_requests(tb: cluster.Cluster) -> tuple[int, int]:
+def apiserver_requests(target: Target) -> tuple[int, int]:
     """(all requests, of which 429) the apiserver has answered since it started."""
-    text = tb.kubectl("get", "--raw", "/metrics")
+    text = target.kubectl("get", "--raw", "/metrics")
     total = counter_total(text, "apiserver_request") or 0
     return total, counter_total(text, "apiserver_request", code="429") or 0
 
@@ -247,11 +225,11 @@ class Fleet:
     listings: int = 0
 
 
-def observe(tb: cluster.Cluster, fleet: Fleet, *, start: float, total: int) -> None:
+def observe(target: Target, fleet: Fleet, *, start: float, total: int) -> None:
     """List every CR once; note first convergence and falls back to BrokerUnreachable."""
     now = time.monotonic() - start
     for resource, domain in (("topics", "TopicSynced"), ("consumergroups", "ModeApplied")):
-        for obj in tb.admin.items(kube.ns_path(NS, resource, group=API)):
+        for obj in target.admin.items(kube.ns_path(NS, resource, group=API)):
             name = f"{resource}/{obj['metadata']['name']}"
             if converged(obj, domain):
                 fleet.first_converged_s.setdefault(name, now)
@@ -266,12 +244,12 @@ def observe(tb: cluster.Cluster, fleet: Fleet, *, start: float, total: int) -> N
             fleet.stragglers[mark] = total - len(fleet.first_converged_s)
 
 
-def create_all(tb: cluster.Cluster, objects: list[dict[str, Any]]) -> None:
+def create_all(target: Target, objects: list[dict[str, Any]]) -> None:
     local = threading.local()
 
     def create(obj: dict[str, Any]) -> None:
         if not hasattr(local, "client"):
-            local.client = kube.Kube(tb.kubeconfig, timeout_s=60)
+            local.client = kube.Kube(target.kubeconfig, timeout_s=60)
         plural = "topics" if obj["kind"] == "Topic" else "consumergroups"
         local.client.create(kube.ns_path(NS, plural, group=API), obj)
 
@@ -279,14 +257,14 @@ def create_all(tb: cluster.Cluster, objects: list[dict[str, Any]]) -> None:
         list(pool.map(create, objects))
 
 
-def switch(tb: cluster.Cluster, name: str, mode: str, share: int, *, timeout_s: float) -> float:
+def switch(target: Target, name: str, mode: str, share: int, *, timeout_s: float) -> float:
     path = kube.ns_path(NS, "consumergroups", name, group=API)
     start = time.monotonic()
-    tb.admin.patch(path, {"spec": {"consumeMode": mode, "popShareQueueNum": share}},
+    target.admin.patch(path, {"spec": {"consumeMode": mode, "popShareQueueNum": share}},
                    content_type=kube.MERGE)  # fmt: skip
     deadline = start + timeout_s
     while time.monotonic() < deadline:
-        if mode_converged(tb.admin.get_or_none(path), mode, share):
+        if mode_converged(target.admin.get_or_none(path), mode, share):
             return time.monotonic() - start
         time.sleep(0.05)
     return float("inf")
@@ -297,58 +275,66 @@ def chart_memory_limit() -> str:
     return str(values["resources"]["limits"]["memory"])
 
 
-def set_up(tb: cluster.Cluster) -> None:
-    tb.helm(
+def set_up(target: Target) -> None:
+    """The chart (a fresh operator), the benchmark's namespace, a 3-broker cluster, Ready."""
+    target.helm(
         "install", "popfleet", str(ROOT / "charts" / "popfleet"), "-n", OPERATOR_NS,
-        "--create-namespace", "--wait", "--timeout", "120s", timeout_s=180,
+        "--create-namespace", "--wait", "--timeout", "180s",
+        *[a for pair in target.helm_values for a in ("--set", pair)], timeout_s=240,
     )  # fmt: skip
-    tb.admin.create(
+    target.admin.create(
         "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}}
     )
     waiting.until(
-        lambda: tb.admin.get_or_none(kube.ns_path(NS, "serviceaccounts", "default")),
+        lambda: target.admin.get_or_none(kube.ns_path(NS, "serviceaccounts", "default")),
         timeout_s=30,
         what="default ServiceAccount",
     )
-    tb.apply(NS, {
-        "apiVersion": API, "kind": "BrokerCluster", "metadata": {"name": "demo"},
+    target.admin.create(kube.ns_path(NS, "brokerclusters", group=API), {
+        "apiVersion": API, "kind": "BrokerCluster", "metadata": {"name": "demo", "namespace": NS},
         "spec": {"brokers": BROKERS, "storage": {"size": "64Mi"}},
     })  # fmt: skip
     path = kube.ns_path(NS, "brokerclusters", "demo", group=API)
     waiting.until(
-        lambda: condition(tb.admin.get_or_none(path) or {}, "Ready").get("status") == "True",
-        timeout_s=240,
+        lambda: condition(target.admin.get_or_none(path) or {}, "Ready").get("status") == "True",
+        timeout_s=300,
         what="BrokerCluster demo Ready",
     )
 
 
-def one_size(n: int, *, switches: int, steady_s: float) -> dict[str, Any]:
+def on_testbed(n: int, *, switches: int, steady_s: float) -> dict[str, Any]:
+    """One size on a fresh local testbed (started and stopped here)."""
     run_dir = Path(tempfile.mkdtemp(prefix="popfleet-bench-scale-"))
     info = controlplane.up(run_dir, bins=binaries.locate())
     tb = cluster.Cluster(info)
     try:
-        set_up(tb)
-        watch = ProcessWatch(tb)
-        with watch.watching():
-            return measure(tb, watch, n, switches=switches, steady_s=steady_s)
+        return one_size(TestbedTarget(tb), n, switches=switches, steady_s=steady_s)
     finally:
         tb.close()
         controlplane.down(run_dir, remove=True)
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def one_size(target: Target, n: int, *, switches: int, steady_s: float) -> dict[str, Any]:
+    set_up(target)
+    watch = ProcessWatch(target)
+    with watch.watching():
+        return {"target": target.name, **measure(target, watch, n, switches=switches,
+                                                 steady_s=steady_s)}  # fmt: skip
+
+
 def measure(
-    tb: cluster.Cluster, watch: ProcessWatch, n: int, *, switches: int, steady_s: float
+    target: Target, watch: ProcessWatch, n: int, *, switches: int, steady_s: float
 ) -> dict[str, Any]:
     total = 2 * n
-    requests_before, throttled_before = apiserver_requests(tb)
-    admin_before = admin_calls(tb)
+    requests_before, throttled_before = apiserver_requests(target)
+    admin_before = admin_calls(target)
     idle = watch.sample()
     start = time.monotonic()
     applied: dict[str, float] = {}
 
     def apply() -> None:
-        create_all(tb, [topic(i) for i in range(n)] + [group(i) for i in range(n)])
+        create_all(target, [topic(i) for i in range(n)] + [group(i) for i in range(n)])
         applied["s"] = time.monotonic() - start
 
     creator = threading.Thread(target=apply, daemon=True)
@@ -356,7 +342,7 @@ def measure(
     bulk_switch: dict[str, float] = {}
     switcher = threading.Thread(
         target=lambda: bulk_switch.update(
-            s=switch(tb, "g-0000", "POP", 1, timeout_s=CONVERGE_TIMEOUT_S)
+            s=switch(target, "g-0000", "POP", 1, timeout_s=CONVERGE_TIMEOUT_S)
         ),
         daemon=True,
     )
@@ -364,9 +350,9 @@ def measure(
     fleet = Fleet()
     deadline = start + CONVERGE_TIMEOUT_S
     while time.monotonic() < deadline:  # observed while the CRs are still being created
-        if switcher.ident is None and tb.admin.get_or_none(first_group) is not None:
+        if switcher.ident is None and target.admin.get_or_none(first_group) is not None:
             switcher.start()  # half the fleet is in: the switch lands mid-bulk
-        observe(tb, fleet, start=start, total=total)
+        observe(target, fleet, start=start, total=total)
         if len(fleet.first_converged_s) >= total:
             break
         time.sleep(1.0)
@@ -378,24 +364,24 @@ def measure(
     bulk_end = time.monotonic()
 
     after = [
-        switch(tb, "g-0001", *(("POP", 1 + i % 3) if i % 2 == 0 else ("PULL", 0)), timeout_s=60)
+        switch(target, "g-0001", *(("POP", 1 + i % 3) if i % 2 == 0 else ("PULL", 0)), timeout_s=60)
         for i in range(switches)
     ]
     steady_start = time.monotonic()
     fell_back_before_steady = len(fleet.fell_back)
     while time.monotonic() < steady_start + steady_s:
-        observe(tb, fleet, start=start, total=total)
+        observe(target, fleet, start=start, total=total)
         time.sleep(5.0)
     steady_end = time.monotonic()
-    requests_after, throttled_after = apiserver_requests(tb)
-    admin_after = admin_calls(tb)
+    requests_after, throttled_after = apiserver_requests(target)
+    admin_after = admin_calls(target)
     admin_delta = (
         None if admin_before is None or admin_after is None else admin_after - admin_before
     )
 
-    pods = tb.pods(OPERATOR_NS, OPERATOR_SELECTOR)
+    pods = target.pods(OPERATOR_NS, OPERATOR_SELECTOR)
     statuses = (pods[0].get("status") or {}).get("containerStatuses") or [] if pods else []
-    log = tb.log(pods[0]) if pods else ""
+    log = target.log(pods[0]) if pods else ""
     bulk = watch.between(start, bulk_end)
     steady = watch.between(steady_start, steady_end)
     finite_after = [s for s in after if s != float("inf")]
@@ -435,27 +421,51 @@ def measure(
     }
 
 
+def record(name: str, runs: list[dict[str, Any]], *, what: str) -> Path:
+    """Write the runs, keeping earlier runs of other sizes from the same file (a kind run
+    measures one size per cluster, so its sizes arrive one invocation at a time)."""
+    path = common.RESULTS / f"{name}.json"
+    kept: list[dict[str, Any]] = []
+    if path.exists():
+        sizes = {r["n_topics"] for r in runs}
+        kept = [
+            r for r in json.loads(path.read_text()).get("runs", []) if r["n_topics"] not in sizes
+        ]
+    ordered = sorted([*kept, *runs], key=lambda r: int(r["n_topics"]))
+    return common.write(name, {"what": what, "runs": ordered})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.operator_scale")
     parser.add_argument("--sizes", default="100,500,1000")
     parser.add_argument("--switches", type=int, default=20)
     parser.add_argument("--steady-s", type=float, default=60.0)
+    parser.add_argument("--target", choices=("testbed", "kind"), default="testbed")
+    parser.add_argument("--kubeconfig", type=Path, help="kind: the cluster (e2e/kind/run.sh)")
+    parser.add_argument("--bin-dir", type=Path, help="kind: where kubectl and helm are")
+    parser.add_argument("--set", dest="sets", action="append", default=[], help="kind: chart")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
-    load_before = os.getloadavg()
+    if args.target == "kind" and (
+        args.kubeconfig is None or args.bin_dir is None or len(sizes) != 1
+    ):
+        parser.error("--target kind needs --kubeconfig, --bin-dir and one size (a cluster each)")
     runs = []
     for n in sizes:
-        print(f"operator_scale: {n} Topics + {n} ConsumerGroups ...", flush=True)
-        result = one_size(n, switches=args.switches, steady_s=args.steady_s)
+        print(f"operator_scale ({args.target}): {n} Topics + {n} ConsumerGroups ...", flush=True)
+        load_before = os.getloadavg()
+        if args.target == "kind":
+            target = KindTarget(args.kubeconfig, args.bin_dir, helm_values=tuple(args.sets))
+            result = one_size(target, n, switches=args.switches, steady_s=args.steady_s)
+        else:
+            result = on_testbed(n, switches=args.switches, steady_s=args.steady_s)
+        result["load_average_before"] = [round(x, 2) for x in load_before]
+        result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         print(json.dumps(result), flush=True)
         runs.append(result)
-    payload = {
-        "what": "N Topics + N ConsumerGroups applied at once on a 3-broker testbed cluster",
-        "load_average_before": [round(x, 2) for x in load_before],
-        "load_average_after": [round(x, 2) for x in os.getloadavg()],
-        "runs": runs,
-    }
-    path = common.write("operator_scale", payload)
+    where = "a 3-broker testbed cluster" if args.target == "testbed" else "a 3-broker kind cluster"
+    name = "operator_scale" if args.target == "testbed" else "operator_scale_kind"
+    path = record(name, runs, what=f"N Topics + N ConsumerGroups applied at once on {where}")
     print(f"wrote {path}")
 
 

@@ -7,7 +7,7 @@ KIND_VERSION := v0.29.0
 KIND_BIN     := $(HOME)/.cache/popfleet/kind-$(KIND_VERSION)/kind
 TEST_PREREQS += shellcheck kind-bin  # kind itself validates e2e/kind/kind-config.yaml in make test
 
-.PHONY: shellcheck kind-bin e2e-kind crd-reference drift-crd-reference
+.PHONY: shellcheck kind-bin e2e-kind bench-kind crd-reference drift-crd-reference
 
 shellcheck: ## shellcheck from Debian (make test lints every shell script with it)
 	@command -v shellcheck >/dev/null || \
@@ -22,6 +22,12 @@ kind-bin: ## kind $(KIND_VERSION) (go install, cached under ~/.cache/popfleet) w
 e2e-kind: $(STAMP) testbed-bin kind-bin ## the e2e scenario on kind with images built here (needs Docker)
 	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
 	  e2e/kind/run.sh $(E2E_KIND_ARGS)
+
+BENCH_KIND_SIZES ?= 100,500,1000
+
+bench-kind: $(STAMP) testbed-bin kind-bin ## bench.operator_scale on kind (a cluster per size, the chart's memory limit enforced)
+	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
+	  e2e/kind/run.sh --bench $(BENCH_KIND_SIZES)
 
 crd-reference: $(STAMP) ## regenerate docs/crd-reference.md from the CRD schemas in crds/
 	$(PY) operator/scripts/crd_reference.py > docs/crd-reference.md

@@ -3,6 +3,7 @@
 # cluster. One progress line per stage with its duration.
 #
 #   e2e/kind/run.sh [--values FILE] [--keep] [--images auto|upstream|offline]
+#   e2e/kind/run.sh --bench SIZES      # bench.operator_scale on kind instead of the scenario
 #
 #  1. engine     a Docker engine that answers; else Debian's docker.io installed and dockerd
 #                started (offline/start-dockerd.sh; the capability filter only where needed);
@@ -21,6 +22,10 @@
 #                (the host reaches pods only through a CONNECT proxy pod behind a port-forward);
 #  8. cluster deleted, unless --keep.
 #
+# With --bench 100,500,1000 (`make bench-kind`), stages 4-5 and 7-8 run once per size instead:
+# a fresh cluster, the images loaded, `python -m bench.operator_scale --target kind` for that
+# size (the operator under the chart's memory limit), the cluster deleted.
+#
 # Environment: KIND (kind binary), BIN_DIR (kubectl and helm), PY (python with popfleet_e2e),
 # all set by mk/kind.mk; KIND_CLUSTER (default popfleet-e2e).
 set -euo pipefail
@@ -29,13 +34,15 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 values="$here/values/kind.yaml"
 keep=0
+bench=""
 mode=${POPFLEET_KIND_IMAGES:-auto}
 while [ $# -gt 0 ]; do
   case "$1" in
     --values) values=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --images) mode=$2; shift 2 ;;
-    -h|--help) sed -n '2,27p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    --bench) bench=$2; shift 2 ;;
+    -h|--help) sed -n '2,33p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -105,15 +112,17 @@ begin routes
 "$here/host-routes.sh" "$pod_cidr" "$service_cidr"
 done_ "unreachable $pod_cidr $service_cidr"
 
-begin cluster
-if "$KIND" get clusters 2>/dev/null | grep -qx "$cluster"; then
-  "$KIND" export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
-  done_ "reused $cluster"
-else
-  "$KIND" create cluster --name "$cluster" --config "$here/kind-config.yaml" \
-    ${node_image:+--image "$node_image"} --kubeconfig "$kubeconfig" --wait 180s
-  done_ "created $cluster"
-fi
+create_cluster() {
+  begin cluster
+  if "$KIND" get clusters 2>/dev/null | grep -qx "$cluster"; then
+    "$KIND" export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
+    done_ "reused $cluster"
+  else
+    "$KIND" create cluster --name "$cluster" --config "$here/kind-config.yaml" \
+      ${node_image:+--image "$node_image"} --kubeconfig "$kubeconfig" --wait 180s
+    done_ "created $cluster"
+  fi
+}
 
 images=()
 for spec in "broker broker_image $python_base" "operator operator $python_base" \
@@ -124,16 +133,41 @@ for spec in "broker broker_image $python_base" "operator operator $python_base" 
   nice -n 10 docker build -q --build-arg "BASE=$base" -f "$repo/$dir/Dockerfile" -t "$tag" "$repo" \
     2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2) \
     >/dev/null
-  "$KIND" load docker-image "$tag" --name "$cluster" >/dev/null
   images+=("$tag")
-  if [ "$name" = broker ]; then
-    # the same build under a second tag: the rolling-upgrade step moves the brokers to it
-    next_broker="$tag-next"
-    docker tag "$tag" "$next_broker"
-    "$KIND" load docker-image "$next_broker" --name "$cluster" >/dev/null
-  fi
   done_ "$tag"
 done
+# the broker build under a second tag: the rolling-upgrade step moves the brokers to it
+next_broker="${images[0]}-next"
+docker tag "${images[0]}" "$next_broker"
+
+load_images() { # tag...
+  begin load
+  local tag
+  for tag in "$@"; do
+    "$KIND" load docker-image "$tag" --name "$cluster" >/dev/null
+  done
+  done_ "$*"
+}
+
+if [ -n "$bench" ]; then
+  operator_image=${images[1]}
+  for size in ${bench//,/ }; do
+    create_cluster
+    load_images "${images[0]}" "$operator_image"  # the audit image is not used
+    begin "bench $size"
+    (cd "$repo" && "$PY" -m bench.operator_scale --target kind --sizes "$size" \
+      --kubeconfig "$kubeconfig" --bin-dir "$BIN_DIR" --set "image.repository=${operator_image%:*}" \
+      --set "image.tag=${operator_image##*:}" --set image.pullPolicy=Never)
+    done_
+    begin "delete $size"
+    "$KIND" delete cluster --name "$cluster" >/dev/null 2>&1 || true
+    done_
+  done
+  exit 0
+fi
+
+create_cluster
+load_images "${images[@]}" "$next_broker"
 
 begin smoke
 "$PY" "$here/smoke_images.py" --kubeconfig "$kubeconfig" "${images[@]}"

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bench import operator_scale as scale
+from bench import scaletargets
 
 
 def _obj(generation: int, *conditions: dict[str, Any], brokers: int = 3) -> dict[str, Any]:
@@ -50,3 +55,27 @@ def test_counters_are_summed_over_their_samples_and_filtered_by_label() -> None:
     assert scale.counter_total(text, "apiserver_request") == 43
     assert scale.counter_total(text, "apiserver_request", code="429") == 3
     assert scale.counter_total(text, "popfleet_admin_requests") is None
+
+
+def test_kind_samples_come_from_the_operators_own_process_metrics() -> None:
+    text = (
+        "# TYPE process_resident_memory_bytes gauge\n"
+        "process_resident_memory_bytes 1.5e+08\n"
+        "# TYPE process_cpu_seconds_total counter\n"
+        "process_cpu_seconds_total 12.5\n"
+    )
+    assert scaletargets.metric_value(text, "process_resident_memory_bytes") == 150_000_000
+    assert scaletargets.metric_value(text, "process_cpu_seconds_total") == 12.5
+    assert scaletargets.metric_value(text, "process_open_fds") is None
+
+
+def test_a_kind_run_of_one_size_keeps_the_other_sizes_already_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scale.common, "RESULTS", tmp_path)
+    scale.record("scale_kind", [{"n_topics": 500, "x": 1}], what="w")
+    scale.record("scale_kind", [{"n_topics": 100, "x": 2}], what="w")
+    path = scale.record("scale_kind", [{"n_topics": 500, "x": 3}], what="w")
+    runs = json.loads(path.read_text())["runs"]
+    assert [(r["n_topics"], r["x"]) for r in runs] == [(100, 2), (500, 3)]
+    assert "load_average" in json.loads(path.read_text())["machine"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from popfleet_e2e import lifecycle, logs, steps
+from popfleet_e2e import lifecycle, logs, operatorfaults, steps
 from popfleet_e2e.access import REPO, ScenarioError, loopback_only
 
 LISTING = """\
@@ -64,3 +64,29 @@ def test_the_testbed_resolver_never_dials_outside_loopback() -> None:
     assert loopback_only("127.83.1.4:8081") == "127.83.1.4:8081"
     with pytest.raises(ScenarioError, match="non-loopback"):
         loopback_only("10.244.0.7:8081")
+
+
+def test_the_fault_fleet_pairs_each_group_with_its_own_topic() -> None:
+    objs = operatorfaults.manifests(3)
+    topics = [o["metadata"]["name"] for o in objs if o["kind"] == "Topic"]
+    reads = [o["spec"]["topics"][0]["name"] for o in objs if o["kind"] == "ConsumerGroup"]
+    assert topics == reads == ["fleet-t0", "fleet-t1", "fleet-t2"]
+    assert all(o["metadata"]["labels"] == {operatorfaults.LABEL: "fleet"} for o in objs)
+
+
+def test_a_fleet_object_converges_only_for_its_current_generation() -> None:
+    synced = {"type": "TopicSynced", "status": "True", "observedGeneration": 2}
+    topic = {"kind": "Topic", "metadata": {"generation": 2}, "status": {"conditions": [synced]}}
+    assert operatorfaults.converged(topic)
+    assert not operatorfaults.converged({**topic, "metadata": {"generation": 3}})
+    assert not operatorfaults.converged({**topic, "kind": "ConsumerGroup"})  # wants ModeApplied
+
+
+def test_log_lines_are_tied_to_objects_by_kopfs_prefix() -> None:
+    text = (
+        "2026 INFO kopf.objects: [e2e/fleet-t1] Handler 'changed' succeeded.\n"
+        "2026 INFO kopf.objects: [other/fleet-t1] Handler 'changed' succeeded.\n"
+        "2026 INFO popfleet: fleet-t1 mentioned without the prefix\n"
+    )
+    found = operatorfaults.lines_naming(text, "e2e", ["fleet-t1", "fleet-g1"])
+    assert found == ["2026 INFO kopf.objects: [e2e/fleet-t1] Handler 'changed' succeeded."]

@@ -4,7 +4,7 @@ Callers: ``e2e/kind`` (``KIND``, with its own access and resolver, in ``make tes
 ``e2e/local`` (``FULL`` on the testbed, ``make test-e2e-local``) and ``make demo``
 (``demo.py`` runs the first steps and keeps traffic going).
 
-    from popfleet_e2e import scenario
+    from popfleet_e2e import operatorfaults, scenario
     from popfleet_e2e.access import ClusterAccess
     timings = scenario.run(ClusterAccess(kubeconfig=..., namespace="story", resolve=...))
 
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from popfleet_e2e import auditing, disruptions, lifecycle, logs, steps
+from popfleet_e2e import auditing, disruptions, lifecycle, logs, operatorfaults, steps
 from popfleet_e2e.access import ClusterAccess
 from popfleet_e2e.steps import Story
 
@@ -100,6 +100,10 @@ REAL_CLUSTER_ONLY: tuple[Step, ...] = (
     ),
     Step("PodDisruptionBudget refuses a second eviction", disruptions.disruption_budget_holds),
     Step("liveness probe restarts a frozen broker", disruptions.liveness_restarts_a_frozen_broker),
+    Step(
+        "operator killed mid-fan-out of 80 objects; the next pod converges them",
+        operatorfaults.operator_killed_mid_fan_out,
+    ),
     Step(
         "rolling upgrade of the broker image under traffic",
         disruptions.rolling_upgrade_under_traffic,
