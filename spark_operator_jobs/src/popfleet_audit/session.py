@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Sequence
 
 from pyspark import SparkConf
 from pyspark.sql import SparkSession
@@ -24,8 +25,14 @@ LOCAL_CONF: dict[str, str] = {
 }
 
 
-def build(master: str | None, *, app_name: str = "popfleet-audit") -> SparkSession:
-    """A session for ``master`` (None: whatever spark-submit configured)."""
+def build(
+    master: str | None,
+    *,
+    conf: Sequence[tuple[str, str]] = (),
+    app_name: str = "popfleet-audit",
+) -> SparkSession:
+    """A session for ``master`` (None: whatever spark-submit configured); ``conf`` (the
+    user's ``spec.audit.spark.conf``) is applied last, so it wins over the defaults here."""
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
@@ -38,6 +45,8 @@ def build(master: str | None, *, app_name: str = "popfleet-audit") -> SparkSessi
             builder = builder.config(key, value)
     else:
         builder = builder.config("spark.sql.session.timeZone", "UTC")
+    for key, value in conf:
+        builder = builder.config(key, value)
     identity.ensure_user_entry()  # the JVM needs a passwd entry for this UID (random UIDs)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
