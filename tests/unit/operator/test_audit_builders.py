@@ -79,6 +79,17 @@ def test_history_claim_and_admin_token_are_mounted(owner: specs.ObjectRef) -> No
     assert mounts["admin-token"] == "/etc/popfleet-admin" and mounts["data"].startswith("/var")
 
 
+def test_the_job_pods_cpu_request_follows_sparks_driver_request_setting(
+    owner: specs.ObjectRef,
+) -> None:
+    spec = audit_spec(
+        spark={"driverCores": 2, "conf": {"spark.kubernetes.driver.request.cores": "200m"}}
+    )
+    container = audits.job(owner, spec, run())["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["cpu"] == "200m"
+    assert flag(container["command"], "--conf") == "spark.kubernetes.driver.request.cores=200m"
+
+
 def test_local_master_job_passes_the_users_spark_conf(owner: specs.ObjectRef) -> None:
     spec = audit_spec(master="local[2]", spark={"conf": {"spark.sql.shuffle.partitions": "8"}})
     argv = audits.job(owner, spec, run())["spec"]["template"]["spec"]["containers"][0]["command"]

@@ -265,6 +265,15 @@ def command(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> list[str]:
     return [*submit, names.AUDIT_MAIN_FILE, *cli_args(owner, run)]
 
 
+def driver_request_cpu(spec: AuditSpec) -> str:
+    """The Job pod's CPU request: Spark's ``spark.kubernetes.driver.request.cores`` when the
+    user's ``conf`` sets it (as Spark reads it for a driver pod it creates), else the driver's
+    cores; ``spark.driver.cores`` stays what the driver schedules with."""
+    return spec.spark.conf.get(
+        "spark.kubernetes.driver.request.cores", str(spec.spark.driver_cores)
+    )
+
+
 def _container(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, Any]:
     memory = kubernetes_memory(spec.spark.driver_memory)
     return {
@@ -276,7 +285,7 @@ def _container(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, A
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ],
-        "resources": {"requests": {"cpu": str(spec.spark.driver_cores), "memory": memory}},
+        "resources": {"requests": {"cpu": driver_request_cpu(spec), "memory": memory}},
         "volumeMounts": _mounts(run),
         "securityContext": {
             "allowPrivilegeEscalation": False,
