@@ -133,7 +133,9 @@ def test_entry_points_match_the_testbed_image_table() -> None:
     }
     assert [s.exec_form() for s in entry[BROKER]] == [["popbroker"]]
     assert [s.exec_form() for s in entry[OPERATOR]] == [["python", "-m", "popfleet_operator"]]
-    ((audit,),) = [[s.exec_form() for s in entry[AUDIT]]]
+    (step,) = entry[AUDIT]
+    audit = step.exec_form()
+    assert audit is not None
     assert audit[:3] == ["/usr/bin/tini", "-s", "--"]
     scripts = tomllib.loads((REPO / "spark_operator_jobs" / "pyproject.toml").read_text())
     entry_point = scripts["project"]["scripts"]["popfleet-spark-pod"]
