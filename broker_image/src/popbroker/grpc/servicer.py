@@ -85,6 +85,21 @@ async def _answered(rpc: str, call: Callable[[], Awaitable[_T]]) -> _T | _Failed
         return _Failed(_failure(exc, rpc))
 
 
+def _left_before_the_answer(delivered: object) -> None:
+    """The call ended (client cancelled, deadline passed) before ReceiveMessage answered.
+
+    Nothing is written to a finished call: gRPC would refuse the write and log it as an
+    error of the servicer. Popped messages are not lost: their checkpoint is in the revive
+    log or the buffer, so they come back after their invisible time (at least once).
+    """
+    if isinstance(delivered, tuple) and delivered:
+        log.warning(
+            "ReceiveMessage: the call ended before the answer; %d popped message(s) come back "
+            "after their invisible time",
+            len(delivered),
+        )
+
+
 def _common_status(entry_statuses: list[Any]) -> Any:
     codes = {s.code for s in entry_statuses}
     if not entry_statuses:
@@ -260,12 +275,17 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
             return await services.receiver.receive(wanted)
 
         delivered = await _answered("ReceiveMessage", receive)
+        if context.done():
+            _left_before_the_answer(delivered)
+            return
         if isinstance(delivered, _Failed):
             yield service.ReceiveMessageResponse(status=delivered.status)
         elif delivered:
             yield service.ReceiveMessageResponse(status=convert.ok())
             namespace = request.group.resource_namespace
             for message in delivered:
+                if context.done():  # the client went while the batch was being written
+                    return
                 yield service.ReceiveMessageResponse(
                     message=convert.delivered_message(
                         message, namespace=namespace, store_host=self._store_host
@@ -275,6 +295,8 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
             yield service.ReceiveMessageResponse(
                 status=convert.status(Code.MESSAGE_NOT_FOUND, "no new message")
             )
+        if context.done():
+            return
         now = service.ReceiveMessageResponse()
         convert.set_timestamp_ms(now.delivery_timestamp, services.clock())
         yield now
