@@ -11,7 +11,6 @@ import os
 import sys
 from collections.abc import Sequence
 
-from pyspark import SparkConf
 from pyspark.sql import SparkSession
 
 from popfleet_audit import datasource, identity
@@ -36,14 +35,15 @@ def build(
     builder = SparkSession.builder.appName(app_name)
     if master is not None:
         builder = builder.master(master)
-    effective = master if master is not None else SparkConf().get("spark.master", "local[*]")
-    if effective.startswith("local"):
+    if master is not None and master.startswith("local"):
         # Workers must import pyspark and popfleet_audit: run them with this interpreter.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         for key, value in LOCAL_CONF.items():
             builder = builder.config(key, value)
     else:
+        # spark-submit (None) configured the master and the driver's address; nothing here
+        # may override them (a loopback driver host would strand every executor pod).
         builder = builder.config("spark.sql.session.timeZone", "UTC")
     for key, value in conf:
         builder = builder.config(key, value)

@@ -132,6 +132,8 @@ def test_kubernetes_master_job_spark_submits_in_client_mode(owner: specs.ObjectR
     assert confs["spark.kubernetes.authenticate.driver.serviceAccountName"] == "demo-audit"
     assert confs["spark.kubernetes.executor.secrets.admin"] == "/etc/popfleet-admin"
     assert confs["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
+    assert confs["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"  # no PVC rights
+    assert confs["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
     assert confs["spark.driver.host"] == "$(POD_IP)" and confs["spark.x"] == "1"
     assert confs["spark.ui.enabled"] == "true"  # the user's conf wins
     main = argv.index(names.AUDIT_MAIN_FILE)

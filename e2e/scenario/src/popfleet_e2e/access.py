@@ -112,6 +112,13 @@ class ClusterAccess:
     def kubectl(self, *args: str, stdin: str | None = None, timeout_s: float = 60) -> str:
         return self.run("kubectl", *args, stdin=stdin, timeout_s=timeout_s)
 
+    def kubectl_stream(self, *args: str) -> subprocess.Popen[str]:
+        """``kubectl ARGS`` left running (a watch), its stdout a text pipe; the caller ends it."""
+        return subprocess.Popen(
+            ["kubectl", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=self._env(),
+        )  # fmt: skip
+
     def helm(self, *args: str, timeout_s: float = 240) -> str:
         return self.run("helm", *args, timeout_s=timeout_s)
 

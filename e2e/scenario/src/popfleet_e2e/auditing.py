@@ -17,6 +17,7 @@ of enabling. Two shapes:
 
 from __future__ import annotations
 
+import subprocess
 import threading
 from dataclasses import dataclass, field
 
@@ -48,39 +49,52 @@ def enable(
     access.merge_patch("brokercluster", cluster, {"spec": {"audit": audit}})
 
 
+COLUMNS = "NAME:.metadata.name,ROLE:.metadata.labels.spark-role"
+
+
 @dataclass
 class PodTally:
-    """Every audit pod of ``cluster`` seen while it runs (polled every second): name -> its
-    ``spark-role`` label ("driver", "executor", or "" for a Job pod running ``local[N]``)."""
+    """Every audit pod of ``cluster`` seen while runs go (one ``kubectl get --watch``, not a
+    listing a second: kubectl is costly to start): name -> its ``spark-role`` label
+    ("driver", "executor", or "" for a Job pod)."""
 
     access: ClusterAccess
     cluster: str
     seen: dict[str, str] = field(default_factory=dict)
-    _stop: threading.Event = field(default_factory=threading.Event)
+    _watch: subprocess.Popen[str] | None = None
     _thread: threading.Thread | None = None
 
-    def _poll(self) -> None:
+    def _read(self, watch: subprocess.Popen[str]) -> None:
+        assert watch.stdout is not None
+        for line in watch.stdout:
+            name, _, role = line.strip().partition(" ")
+            if name:
+                role = role.strip()
+                self.seen.setdefault(name, "" if role == "<none>" else role)
+
+    def start(self) -> PodTally:
         selector = (
             f"app.kubernetes.io/name=popfleet-audit,app.kubernetes.io/instance={self.cluster}"
         )
-        while not self._stop.wait(1.0):
-            try:
-                pods = self.access.items("pods", selector=selector)
-            except ScenarioError:
-                continue  # the next poll tells
-            for pod in pods:
-                labels = pod["metadata"].get("labels") or {}
-                self.seen.setdefault(pod["metadata"]["name"], labels.get("spark-role", ""))
-
-    def start(self) -> PodTally:
-        self._thread = threading.Thread(target=self._poll, name="audit-pods", daemon=True)
+        self._watch = self.access.kubectl_stream(
+            "get", "pods", "-n", self.access.namespace, "-l", selector, "--watch",
+            "--no-headers", "-o", f"custom-columns={COLUMNS}",
+        )  # fmt: skip
+        self._thread = threading.Thread(
+            target=self._read, args=(self._watch,), name="audit-pods", daemon=True
+        )
         self._thread.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
+        if self._watch is not None:
+            self._watch.terminate()
+            try:
+                self._watch.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._watch.kill()
         if self._thread is not None:
-            self._thread.join(timeout=30)
+            self._thread.join(timeout=10)
 
     def executors(self) -> list[str]:
         return sorted(name for name, role in self.seen.items() if role == "executor")

@@ -231,6 +231,10 @@ def executor_conf(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str
         "spark.executor.memory": spark.executor_memory,
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
+        # No on-demand volume claims: the driver neither lists claims to reuse nor deletes
+        # any at the end (it holds no right to persistentvolumeclaims).
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
     }
     for key, value in names.audit_labels(owner.name).items():
         conf[f"spark.kubernetes.executor.label.{key}"] = value
