@@ -149,12 +149,9 @@ if [ -z "$bench" ]; then
   done_ "$spark_operator_image"
 fi
 
-load_images() { # tag...
+load_images() { # tag... (one archive: layers the images share are sent once)
   begin load
-  local tag
-  for tag in "$@"; do
-    "$KIND" load docker-image "$tag" --name "$cluster" >/dev/null
-  done
+  "$KIND" load docker-image "$@" --name "$cluster" >/dev/null
   done_ "$*"
 }
 
