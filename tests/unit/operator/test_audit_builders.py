@@ -135,6 +135,7 @@ def test_kubernetes_master_job_spark_submits_in_client_mode(owner: specs.ObjectR
     assert confs["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"  # no PVC rights
     assert confs["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
     assert confs["spark.driver.host"] == "$(POD_IP)" and confs["spark.x"] == "1"
+    assert confs["spark.driver.bindAddress"] == "$(POD_IP)"  # never 0.0.0.0: executors dial it
     assert confs["spark.ui.enabled"] == "true"  # the user's conf wins
     main = argv.index(names.AUDIT_MAIN_FILE)
     assert argv[main + 1] == "all" and "--master" not in argv[main:]

@@ -248,8 +248,10 @@ def _spark_conf(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, 
     conf = {
         **executor_conf(owner, spec, run),
         "spark.kubernetes.driver.pod.name": "$(POD_NAME)",  # executors owned by the Job pod
+        # Bound to and advertised as the pod IP: Spark 4 may hand executors the bind address
+        # (spark.kubernetes.executor.useDriverPodIP), so it must be one they can dial.
         "spark.driver.host": "$(POD_IP)",
-        "spark.driver.bindAddress": "0.0.0.0",  # noqa: S104 - inside the pod, executors dial it
+        "spark.driver.bindAddress": "$(POD_IP)",
         "spark.driver.cores": str(spec.spark.driver_cores),
     }
     return {**conf, **spec.spark.conf}
