@@ -44,10 +44,13 @@ def install_operator(access: ClusterAccess) -> str:
     if where is None:
         raise ScenarioError("this cluster has no Spark operator build (e2e/kind/sparkoperator)")
     access.kubectl("apply", "--server-side", "-f", str(where.crds), timeout_s=120)
-    access.kubectl(
-        "wait", "--for=condition=Established", "--timeout=60s",
-        "crd/sparkapplications.sparkoperator.k8s.io", timeout_s=90,
-    )  # fmt: skip
+
+    def established() -> bool:  # `kubectl wait` fails while the CRD has no conditions yet
+        crd = access.get_or_none("crd", "sparkapplications.sparkoperator.k8s.io") or {}
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    waits.until(established, timeout_s=60, what="the SparkApplication CRD Established")
     access.kubectl("apply", "-f", str(where.manifests))
     access.kubectl(
         "rollout", "status", "deployment/spark-operator", "-n", OPERATOR_NS, "--timeout=180s",
