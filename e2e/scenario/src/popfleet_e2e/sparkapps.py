@@ -8,8 +8,9 @@ on our audit image (it calls spark-submit, cluster mode). The step:
 
 1. installs the Spark operator (CRDs server-side, then ``e2e/kind/sparkoperator/
    manifests.yaml``) and waits for it to be available;
-2. switches ``spec.audit`` to ``backend: sparkapplication`` (two executors, small requests,
-   history limits 1/1) and asks for a run now (the run-now annotation);
+2. once no earlier run is active (concurrency Forbid), switches ``spec.audit`` to
+   ``backend: sparkapplication`` (two executors, small requests, history limits 1/1) and asks
+   for a run now (the run-now annotation);
 3. waits for the SparkApplication to reach ``COMPLETED`` (a ``FAILED`` one fails the step
    with the driver's log) and the BrokerCluster's ``status.audit`` to say it succeeded;
 4. checks what ran: the driver pod (``<app>-driver``) and at least two executor pods
@@ -78,6 +79,11 @@ def ran_through_the_spark_operator(story: Story) -> str:
     """Steps 1-5 of the module docstring."""
     access = story.access
     install_operator(access)
+    waits.until(  # the Job backend's last scheduled run may still be going (Forbid)
+        lambda: not auditing.cluster_audit(access, CLUSTER).get("active"), timeout_s=480,
+        interval_s=2.0, what="no audit run active any more",
+        seen=lambda: str(auditing.cluster_audit(access, CLUSTER)),
+    )  # fmt: skip
     tally = auditing.PodTally(access, CLUSTER).start()
     started = time.monotonic()
     try:
@@ -91,6 +97,7 @@ def ran_through_the_spark_operator(story: Story) -> str:
             lambda: next((a for a in applications(access) if a["metadata"]["name"] not in before),
                          None),
             timeout_s=90, what="the operator to create a SparkApplication",
+            seen=lambda: f"status.audit {auditing.cluster_audit(access, CLUSTER)}",
         )  # fmt: skip
         name = app["metadata"]["name"]
 
