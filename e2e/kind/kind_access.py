@@ -182,6 +182,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--namespace", help=f"default: a watched one, else {DEFAULT_NAMESPACE}")
     parser.add_argument("--node", required=True, help="the kind node's container (docker exec)")
     parser.add_argument("--next-broker-image", required=True, help="loaded, for the upgrade step")
+    parser.add_argument(
+        "--spark-operator", type=Path, required=True,
+        help="sparkoperator/build.sh's directory (crds.yaml); its image is loaded",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     try:
         namespace = story_namespace(args.values, args.namespace)
@@ -190,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"e2e-kind: {exc}", file=sys.stderr)
         return 2
 
-    from popfleet_e2e.access import ClusterAccess  # noqa: PLC0415 - only for a real run
+    from popfleet_e2e.access import ClusterAccess, SparkOperatorBuild  # noqa: PLC0415
 
     tunnels = importlib.import_module("proxy_tunnel")  # beside this file (run as a script)
 
@@ -203,6 +207,10 @@ def main(argv: list[str] | None = None) -> int:
         helm_values=sets,
         node_exec=node_runner(args.node),
         next_broker_image=args.next_broker_image,
+        spark_operator=SparkOperatorBuild(
+            crds=args.spark_operator / "crds.yaml",
+            manifests=KIND_DIR / "sparkoperator" / "manifests.yaml",
+        ),
         bootstrap_via_service=True,
     )
     image = (yaml.safe_load(args.values.read_text()) or {})["image"]

@@ -7,7 +7,7 @@
 #
 #  1. engine     a Docker engine that answers; else Debian's docker.io installed and dockerd
 #                started (offline/start-dockerd.sh; the capability filter only where needed);
-#  2. images     upstream (pinned python/apache-spark bases, kindest/node) when the registry
+#  2. images     upstream (the pinned Python base, kindest/node) when the registry
 #                answers a pull of the pinned Python base; else offline: every base and the
 #                node image built here from Debian, PyPI and the Go module proxy, cached
 #                (offline/prepare.sh). --images or POPFLEET_KIND_IMAGES forces one;
@@ -15,7 +15,8 @@
 #                exists (host-routes.sh): a host dial of a pod address never leaves the machine;
 #  4. cluster    kind cluster from kind-config.yaml (an existing one of that name is reused);
 #  5. build      broker, operator and audit images from this tree (--build-arg BASE=...),
-#                `kind load`ed under the names the chart and CRDs default to;
+#                `kind load`ed under the names the chart and CRDs default to; the kubeflow
+#                Spark operator (sparkoperator/build.sh, cached) on the audit image;
 #  6. smoke      every image's entry point on a read-only root, a random non-root UID and
 #                HOME=/nonexistent, answering health (smoke_images.py);
 #  7. scenario   the shared story (popfleet_e2e) plus the kind-only steps, via kind_access.py
@@ -98,12 +99,10 @@ if [ "$mode" = auto ]; then
   fi
 fi
 python_base=$python_pin
-spark_base=$(sed -n 's/^ARG BASE=\(.*\)$/\1/p' "$repo/spark_operator_jobs/Dockerfile")
 node_image=""
 if [ "$mode" = offline ]; then
   prepared=$("$here/offline/prepare.sh")
   python_base=$(sed -n 's/^PYTHON_BASE=//p' <<<"$prepared")
-  spark_base=$(sed -n 's/^SPARK_BASE=//p' <<<"$prepared")
   node_image=$(sed -n 's/^NODE_IMAGE=//p' <<<"$prepared")
 fi
 done_ "$mode: ${node_image:-the node image pinned in kind-config.yaml}"
@@ -126,7 +125,7 @@ create_cluster() {
 
 images=()
 for spec in "broker broker_image $python_base" "operator operator $python_base" \
-            "audit spark_operator_jobs $spark_base"; do
+            "audit spark_operator_jobs $python_base"; do
   read -r name dir base <<<"$spec"
   tag="ghcr.io/popfleet/$name:$version"
   begin "build $name"
@@ -139,13 +138,20 @@ done
 # the broker build under a second tag: the rolling-upgrade step moves the brokers to it
 next_broker="${images[0]}-next"
 docker tag "${images[0]}" "$next_broker"
+spark_operator_image=popfleet.local/spark-operator:e2e
+if [ -z "$bench" ]; then
+  begin "build spark-operator"
+  spark_operator=$("$here/sparkoperator/build.sh")
+  nice -n 10 docker build -q --build-arg "BASE=${images[2]}" -f "$here/sparkoperator/Dockerfile" \
+    -t "$spark_operator_image" "$(dirname "$spark_operator")" \
+    2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2) \
+    >/dev/null
+  done_ "$spark_operator_image"
+fi
 
-load_images() { # tag...
+load_images() { # tag... (one archive: layers the images share are sent once)
   begin load
-  local tag
-  for tag in "$@"; do
-    "$KIND" load docker-image "$tag" --name "$cluster" >/dev/null
-  done
+  "$KIND" load docker-image "$@" --name "$cluster" >/dev/null
   done_ "$*"
 }
 
@@ -167,7 +173,7 @@ if [ -n "$bench" ]; then
 fi
 
 create_cluster
-load_images "${images[@]}" "$next_broker"
+load_images "${images[@]}" "$next_broker" "$spark_operator_image"
 
 begin smoke
 "$PY" "$here/smoke_images.py" --kubeconfig "$kubeconfig" "${images[@]}"
@@ -175,5 +181,6 @@ done_
 
 begin scenario
 "$PY" "$here/kind_access.py" --kubeconfig "$kubeconfig" --bin-dir "$BIN_DIR" --values "$values" \
-  --node "$cluster-control-plane" --next-broker-image "$next_broker"
+  --node "$cluster-control-plane" --next-broker-image "$next_broker" \
+  --spark-operator "$(dirname "$spark_operator")"
 done_

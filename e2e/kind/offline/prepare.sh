@@ -2,13 +2,13 @@
 # Everything `make e2e-kind` needs when no container registry is reachable, built here from
 # Debian packages, PyPI and the Go module proxy only, and reused when nothing changed:
 #
-#   prepare.sh              # prints PYTHON_BASE=… SPARK_BASE=… NODE_IMAGE=… on stdout
+#   prepare.sh              # prints PYTHON_BASE=… NODE_IMAGE=… on stdout
 #   prepare.sh base stand-ins   # only those stages (names below; prints nothing)
 #
 #   stage            what                                                      cached as
 #   base             debootstrap bookworm -> popfleet.local/debian:bookworm    tarball in ~/.cache/popfleet/offline
-#   stand-ins        python:3.11 and apache/spark:4.3.0 stand-ins (the bases   image label popfleet.key
-#                    of our three Dockerfiles, passed as --build-arg BASE)
+#   stand-ins        a python:3.11 stand-in (the base of our three             image label popfleet.key
+#                    Dockerfiles, passed as --build-arg BASE)
 #   binaries         kubelet/kubeadm/kube-proxy, etcd, coredns, crictl, ...    ~/.cache/popfleet/kind-bin-<k8s>-<key>
 #   kind base        kind v0.29.0's base image from Debian packages            image label popfleet.key
 #   node image       what `kind build node-image` does, offline                tag popfleet.local/kind-node:<k8s>-<key>
@@ -23,7 +23,6 @@ CACHE=${POPFLEET_CACHE:-$HOME/.cache/popfleet}
 KIND_VERSION=${KIND_VERSION:-v0.29.0}
 DEBIAN=popfleet.local/debian:bookworm
 PYTHON_BASE=popfleet.local/python:3.11-bookworm
-SPARK_BASE=popfleet.local/spark:4.3.0
 
 stage() { # name command...
   local name=$1 start=$SECONDS; shift
@@ -49,7 +48,6 @@ base_key() { label "$DEBIAN"; }
 standins() {
   local b; b=$(base_key)
   keyed_build "$PYTHON_BASE" "$here/images/python.Dockerfile" "$(echo "$b" | hash_of - "$here/images/python.Dockerfile")"
-  keyed_build "$SPARK_BASE" "$here/images/spark.Dockerfile" "$(echo "$b" | hash_of - "$here/images/spark.Dockerfile")"
 }
 
 K8S=$(cd "$repo/tools/k8s" && go list -m -f '{{.Version}}' k8s.io/kubernetes)
@@ -86,4 +84,4 @@ NODE_KEY=$( { kind_base_key; echo "$BIN_KEY"; cat "$here/mk-node-image.sh";
               find "$here/images" "$here/manifests" -type f | sort | xargs cat; } | hash_of -)
 NODE_IMAGE=popfleet.local/kind-node:$K8S-$NODE_KEY
 stage "node image" node_image
-printf 'PYTHON_BASE=%s\nSPARK_BASE=%s\nNODE_IMAGE=%s\n' "$PYTHON_BASE" "$SPARK_BASE" "$NODE_IMAGE"
+printf 'PYTHON_BASE=%s\nNODE_IMAGE=%s\n' "$PYTHON_BASE" "$NODE_IMAGE"

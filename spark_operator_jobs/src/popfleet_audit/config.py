@@ -6,6 +6,7 @@ line (issue 7)::
     popfleet-audit {lag,revive,all} --brokers H:P[,H:P...] [--admin-token-file F]
                    --output DIR [--history DIR] [--master local[2]]
                    [--namespace NS --cluster NAME] [--no-patch-status] [--kubeconfig F]
+                   [--conf spark.KEY=VALUE ...]
 
 so options are only ever added, never renamed. Bad input raises
 :class:`ConfigError` (exit status 2) before anything is read or written.
@@ -45,6 +46,7 @@ class AuditConfig:
     window_audits: int
     overdue_grace_ms: int
     run_id: str
+    spark_conf: tuple[tuple[str, str], ...] = ()  # --conf: spark.* settings for the session
 
     @property
     def runs_lag(self) -> bool:
@@ -92,7 +94,25 @@ def build_parser() -> argparse.ArgumentParser:
         help="a checkpoint this long past its revive time is overdue (default %(default)s)",
     )
     parser.add_argument("--run-id", help="name of this run (default: audit-<epoch ms>)")
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="spark.KEY=VALUE",
+        help="a Spark setting for the session (repeatable; spec.audit.spark.conf)",
+    )
     return parser
+
+
+def parse_conf(pairs: Sequence[str]) -> tuple[tuple[str, str], ...]:
+    """``spark.KEY=VALUE`` pairs, in order; anything else is a ConfigError."""
+    parsed = []
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.startswith("spark.") or key != key.strip():
+            raise ConfigError(f"--conf: {pair!r} is not spark.KEY=VALUE")
+        parsed.append((key, value))
+    return tuple(parsed)
 
 
 def parse_brokers(text: str) -> tuple[str, ...]:
@@ -138,6 +158,7 @@ def parse_args(argv: Sequence[str], *, now_ms: int | None = None) -> AuditConfig
         window_audits=args.window,
         overdue_grace_ms=args.overdue_grace_ms,
         run_id=run_id,
+        spark_conf=parse_conf(args.conf),
     )
 
 

@@ -55,7 +55,7 @@ def transform(offsets: DataFrame, history: DataFrame, *, run_id: str, window: in
 def load(result: LagResult, config: AuditConfig) -> None:
     outputs.write_report(result.partitions, config.output_dir, outputs.LAG_PARTITIONS)
     outputs.write_report(result.groups, config.output_dir, outputs.LAG_GROUPS)
-    outputs.append_history(result.history_rows, config.history_dir)
+    outputs.append_history(result.history_rows, config.history_dir, config.run_id)
 
 
 def run(spark: SparkSession, config: AuditConfig) -> LagResult:

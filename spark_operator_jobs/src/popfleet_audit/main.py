@@ -3,6 +3,7 @@
     popfleet-audit {lag,revive,all} --brokers H:P[,H:P...] [--admin-token-file F]
                    --output DIR [--history DIR] [--master local[2]]
                    [--namespace NS --cluster NAME] [--no-patch-status] [--kubeconfig F]
+                   [--conf spark.KEY=VALUE ...]
 
 Also runnable as a file, ``spark-submit <site-packages>/popfleet_audit/main.py all ...``
 (the Kubernetes master), hence the absolute imports and the ``__main__`` guard.
@@ -17,7 +18,6 @@ the publishing failed (the reports written so far stay).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import sys
 from collections.abc import Sequence
@@ -44,7 +44,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Imported here: `--help` and bad input answer without loading Spark.
     from popfleet_audit import jobs, kube, session  # noqa: PLC0415
 
-    spark = session.build(config.master)
+    spark = session.build(config.master, conf=config.spark_conf)
     try:
         summary = jobs.run(spark, config, token=token)
     except Exception:  # the edge: whatever failed inside Spark or a broker, log it and exit 1
@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not config.patches_status:
         return 0
     try:
-        asyncio.run(kube.publish(config, summary))
+        kube.publish(config, summary)
     except (kube.PublishError, OSError) as exc:
         log.error("audit %s: publishing failed: %s", config.run_id, exc)
         return 1

@@ -12,15 +12,24 @@ Layout under ``--output`` (replaced by each run)::
 and under ``--history`` (kept across runs): ``lag/`` (Parquet, appended each run)
 and ``revive_positions.json`` (where the last revive-log read ended).
 Files are written to a temporary name and renamed, so a reader never sees half.
+
+Everything here is written and read **by the driver** (the report tables and the history
+are small: a row per group, queue or revive queue): a DataFrame is collected as Arrow and
+written with pyarrow. Executors never write a file the run keeps, so with Spark's
+Kubernetes backend the executor pods need no share of the data volume (an emptyDir or a
+ReadWriteOnce claim on the driver is enough), and nothing is lost in an executor's local
+directory.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 
 from popfleet_audit import schemas
@@ -36,19 +45,36 @@ HISTORY_POSITIONS = "revive_positions.json"
 
 
 def write_report(frame: DataFrame, output_dir: Path, name: str) -> None:
-    frame.coalesce(1).write.mode("overwrite").parquet(str(output_dir / name))
+    """Replace the report table ``name`` with ``frame`` (one Parquet file, written whole)."""
+    target = output_dir / name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staged = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir()
+    pq.write_table(frame.toArrow(), staged / "part-00000.parquet")
+    if target.exists():
+        shutil.rmtree(target)
+    os.replace(staged, target)
 
 
-def append_history(frame: DataFrame, history_dir: Path) -> None:
-    frame.write.mode("append").parquet(str(history_dir / HISTORY_LAG))
+def append_history(frame: DataFrame, history_dir: Path, run_id: str) -> None:
+    """Add this run's rows to the lag history (one Parquet file per run)."""
+    path = history_dir / HISTORY_LAG
+    path.mkdir(parents=True, exist_ok=True)
+    staged = path / f".{run_id}.parquet.tmp"
+    pq.write_table(frame.toArrow(), staged)
+    os.replace(staged, path / f"{run_id}.parquet")
 
 
 def read_history(spark: SparkSession, history_dir: Path) -> DataFrame:
     """The lag history so far (empty with the history schema on a first run)."""
     path = history_dir / HISTORY_LAG
-    if not path.is_dir() or not any(path.glob("*.parquet")):
+    files = sorted(path.glob("*.parquet")) if path.is_dir() else []
+    if not files:
         return spark.createDataFrame([], schemas.LAG_HISTORY)
-    return spark.read.schema(schemas.LAG_HISTORY).parquet(str(path))
+    names = schemas.LAG_HISTORY.fieldNames()
+    table = pq.read_table([str(f) for f in files], columns=names)
+    return spark.createDataFrame(table, schema=schemas.LAG_HISTORY)
 
 
 def _write_atomically(path: Path, text: str) -> None:

@@ -8,7 +8,6 @@ when the testbed has none, and removed again so a later Helm install can own it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 from collections.abc import Iterator
@@ -70,7 +69,7 @@ def _publish(testbed: cluster.Cluster, namespace: str, summary: AuditSummary, ou
             "--kubeconfig", str(testbed.kubeconfig),
         ]
     )  # fmt: skip
-    return asyncio.run(kube.publish(config, summary))
+    return kube.publish(config, summary)
 
 
 def _column(table: str, name: str) -> str:

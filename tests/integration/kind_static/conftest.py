@@ -30,8 +30,8 @@ KUBE_VERSION = "1.33.13"  # the testbed's apiserver
 
 
 def load(name: str) -> ModuleType:
-    """A module of e2e/kind (scripts beside run.sh, not a package)."""
-    spec = importlib.util.spec_from_file_location(name, KIND / f"{name}.py")
+    """A module of e2e/kind (scripts beside run.sh or in a folder of it, not a package)."""
+    spec = importlib.util.spec_from_file_location(name.rsplit("/", 1)[-1], KIND / f"{name}.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -66,11 +66,12 @@ def test_bases_are_pinned_to_exact_versions(path: Path) -> None:
         assert base.tag and VERSION_TAG.match(base.tag), f"{base}: needs an exact version tag"
 
 
-@pytest.mark.parametrize("path", [BROKER, OPERATOR], ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.parent.name)
 def test_python_bases_are_pinned_by_digest_and_agree(path: Path) -> None:
     bases = dockerfile.base_images(steps(path))
     assert all(b.digest for b in bases), bases
     assert len(set(bases)) == 1, "build and runtime stages use one Python base"
+    assert bases[0] == dockerfile.base_images(steps(BROKER))[0], "one Python pin for all images"
 
 
 @pytest.mark.parametrize(
@@ -125,24 +126,28 @@ def test_copied_sources_reach_the_build_context_whole(path: Path) -> None:
 
 def test_entry_points_match_the_testbed_image_table() -> None:
     """What the chart and the operator rely on: broker args are the role, the operator runs
-    ``python -m popfleet_operator``; the audit image keeps Spark's entrypoint."""
+    ``python -m popfleet_operator``; the audit image's entry point is ours (Spark's pod
+    contract, ``popfleet_audit.podentry``) under tini, passing other commands through."""
     entry = {
         p: [s for s in dockerfile.final_stage(steps(p)) if s.keyword == "ENTRYPOINT"] for p in ALL
     }
     assert [s.exec_form() for s in entry[BROKER]] == [["popbroker"]]
     assert [s.exec_form() for s in entry[OPERATOR]] == [["python", "-m", "popfleet_operator"]]
-    assert entry[AUDIT] == [], "SparkApplication driver/executor pods need Spark's entrypoint"
+    (step,) = entry[AUDIT]
+    audit = step.exec_form()
+    assert audit is not None
+    assert audit[:3] == ["/usr/bin/tini", "-s", "--"]
+    scripts = tomllib.loads((REPO / "spark_operator_jobs" / "pyproject.toml").read_text())
+    entry_point = scripts["project"]["scripts"]["popfleet-spark-pod"]
+    assert entry_point == "popfleet_audit.podentry:main"
+    assert audit[3] == "/opt/popfleet/bin/popfleet-spark-pod"
 
 
-def test_audit_image_spark_matches_the_pinned_pyspark() -> None:
-    (base,) = dockerfile.base_images(steps(AUDIT))
-    assert base.repo == "apache/spark"
-    assert base.tag
-    deps = tomllib.loads((REPO / "spark_operator_jobs" / "pyproject.toml").read_text())
-    (pin,) = [d for d in deps["project"]["dependencies"] if d.startswith("pyspark")]
-    minor = re.search(r">=\s*(\d+\.\d+)", pin)
-    assert minor, pin
-    assert base.tag.startswith(minor[1] + "."), f"Spark {base.tag} vs {pin}"
+def test_audit_image_gets_spark_from_the_pinned_pyspark_and_a_debian_jre() -> None:
+    text = " ".join(s.args for s in steps(AUDIT))
+    assert "openjdk-17-jre-headless" in text  # Spark 4 needs Java 17+
+    assert "pip install /src/api /src/spark_operator_jobs" in text  # pyspark: the package's pin
+    assert f"{names.AUDIT_POD_TEMPLATES}" in text  # the templates the operator's conf names
 
 
 def test_audit_image_provides_the_main_file_the_operator_submits() -> None:

@@ -70,36 +70,88 @@ def test_history_claim_and_admin_token_are_mounted(owner: specs.ObjectRef) -> No
     assert volumes["data"]["persistentVolumeClaim"] == {"claimName": "audit-history"}
     assert volumes["admin-token"]["secret"] == {
         "secretName": "admin",
-        "items": [{"key": "tok", "path": "token"}],
+        "items": [{"key": "tok", "path": "tok"}],
     }
     argv = pod["containers"][0]["command"]
-    assert flag(argv, "--admin-token-file") == "/etc/popfleet-admin/token"
+    # the Secret's key is the file name: the same path where Spark mounts the whole Secret
+    assert flag(argv, "--admin-token-file") == "/etc/popfleet-admin/tok"
     mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
     assert mounts["admin-token"] == "/etc/popfleet-admin" and mounts["data"].startswith("/var")
+
+
+def test_the_job_pods_cpu_request_follows_sparks_driver_request_setting(
+    owner: specs.ObjectRef,
+) -> None:
+    spec = audit_spec(
+        spark={"driverCores": 2, "conf": {"spark.kubernetes.driver.request.cores": "200m"}}
+    )
+    container = audits.job(owner, spec, run())["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["cpu"] == "200m"
+    assert flag(container["command"], "--conf") == "spark.kubernetes.driver.request.cores=200m"
+
+
+def test_local_master_job_passes_the_users_spark_conf(owner: specs.ObjectRef) -> None:
+    spec = audit_spec(master="local[2]", spark={"conf": {"spark.sql.shuffle.partitions": "8"}})
+    argv = audits.job(owner, spec, run())["spec"]["template"]["spec"]["containers"][0]["command"]
+    assert argv[0] == "popfleet-audit"
+    assert flag(argv, "--conf") == "spark.sql.shuffle.partitions=8"
 
 
 def test_kubernetes_master_job_spark_submits_in_client_mode(owner: specs.ObjectRef) -> None:
     spec = audit_spec(
         master="k8s://https://kubernetes.default.svc",
-        spark={"executorInstances": 4, "executorMemory": "2g", "conf": {"spark.x": "1"}},
+        spark={
+            "executorInstances": 4,
+            "executorCores": 2,
+            "executorMemory": "2g",
+            "conf": {"spark.x": "1", "spark.ui.enabled": "true"},
+        },
     )
-    argv = audits.job(owner, spec, run())["spec"]["template"]["spec"]["containers"][0]["command"]
+    token = specs.SecretKeyRef("admin", "tok")
+    job = audits.job(owner, spec, run(admin_token=token))
+    argv = job["spec"]["template"]["spec"]["containers"][0]["command"]
     assert argv[0] == "spark-submit"
     assert flag(argv, "--master") == "k8s://https://kubernetes.default.svc"
     assert flag(argv, "--deploy-mode") == "client"
     confs = dict(argv[i + 1].split("=", 1) for i, w in enumerate(argv) if w == "--conf")
     assert confs["spark.executor.instances"] == "4"
+    assert confs["spark.executor.cores"] == "2"
     assert confs["spark.executor.memory"] == "2g"
     assert confs["spark.kubernetes.namespace"] == "ns"
+    # executors: labelled like every audit pod (the brokers' NetworkPolicy), built from the
+    # image's template (non-root, read-only root), an identity with no rights, the token
     assert confs["spark.kubernetes.executor.label.popfleet.io/role"] == "audit"
+    assert confs["spark.kubernetes.executor.label.app.kubernetes.io/instance"] == "demo"
+    assert confs["spark.kubernetes.executor.podTemplateFile"] == (
+        f"{names.AUDIT_POD_TEMPLATES}/executor.yaml"
+    )
+    assert confs["spark.kubernetes.executor.podTemplateContainerName"] == "spark"
+    assert (
+        confs["spark.kubernetes.authenticate.executor.serviceAccountName"] == "demo-audit-executor"
+    )
+    assert confs["spark.kubernetes.authenticate.driver.serviceAccountName"] == "demo-audit"
+    assert confs["spark.kubernetes.executor.secrets.admin"] == "/etc/popfleet-admin"
+    assert confs["spark.kubernetes.driver.pod.name"] == "$(POD_NAME)"
+    assert confs["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"  # no PVC rights
+    assert confs["spark.kubernetes.driver.reusePersistentVolumeClaim"] == "false"
     assert confs["spark.driver.host"] == "$(POD_IP)" and confs["spark.x"] == "1"
+    assert confs["spark.driver.bindAddress"] == "$(POD_IP)"  # never 0.0.0.0: executors dial it
+    assert confs["spark.ui.enabled"] == "true"  # the user's conf wins
     main = argv.index(names.AUDIT_MAIN_FILE)
     assert argv[main + 1] == "all" and "--master" not in argv[main:]
 
 
 def test_spark_application_carries_the_same_job(owner: specs.ObjectRef) -> None:
-    spec = audit_spec(spark={"driverCores": 2, "executorInstances": 3, "conf": {"spark.a": "b"}})
-    app = audits.spark_application(owner, spec, run(run_now="v1"))
+    spec = audit_spec(
+        spark={
+            "driverCores": 2,
+            "executorInstances": 3,
+            "executorCores": 2,
+            "conf": {"spark.a": "b"},
+        }
+    )
+    token = specs.SecretKeyRef("admin", "tok")
+    app = audits.spark_application(owner, spec, run(run_now="v1", admin_token=token))
     assert app["apiVersion"] == "sparkoperator.k8s.io/v1beta2"
     assert app["kind"] == "SparkApplication"
     assert app["metadata"]["annotations"][names.AUDIT_RUN_NOW] == "v1"
@@ -108,11 +160,52 @@ def test_spark_application_carries_the_same_job(owner: specs.ObjectRef) -> None:
     assert body["mainApplicationFile"] == f"local://{names.AUDIT_MAIN_FILE}"
     assert body["arguments"][0] == "all" and "--master" not in body["arguments"]
     assert flag(body["arguments"], "--brokers") == ",".join(BROKERS)
+    assert flag(body["arguments"], "--admin-token-file") == "/etc/popfleet-admin/tok"
     assert body["driver"]["serviceAccount"] == "demo-audit"
     assert (body["driver"]["cores"], body["executor"]["instances"]) == (2, 3)
+    assert body["executor"]["cores"] == 2
     assert body["executor"]["labels"][names.AUDIT_ROLE_LABEL] == "audit"
-    assert body["sparkConf"] == {"spark.a": "b"}
     assert body["restartPolicy"] == {"type": "Never"}
+    conf = body["sparkConf"]
+    assert conf["spark.a"] == "b"
+    # pod shape through spark-submit's own settings (no admission webhook needed)
+    assert conf["spark.kubernetes.driver.podTemplateFile"] == (
+        f"{names.AUDIT_POD_TEMPLATES}/driver.yaml"
+    )
+    assert conf["spark.kubernetes.executor.podTemplateFile"] == (
+        f"{names.AUDIT_POD_TEMPLATES}/executor.yaml"
+    )
+    assert (
+        conf["spark.kubernetes.driver.volumes.emptyDir.data.mount.path"] == names.AUDIT_DATA_MOUNT
+    )
+    assert conf["spark.kubernetes.driver.secrets.admin"] == "/etc/popfleet-admin"
+    assert conf["spark.kubernetes.executor.secrets.admin"] == "/etc/popfleet-admin"
+    assert (
+        conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "demo-audit-executor"
+    )
+    assert conf["spark.kubernetes.driver.label.popfleet.io/role"] == "audit"
+
+
+def test_spark_application_mounts_the_history_claim_on_the_driver(owner: specs.ObjectRef) -> None:
+    spec = audit_spec(history={"claimName": "audit-history"})
+    conf = audits.spark_application(owner, spec, run())["spec"]["sparkConf"]
+    prefix = "spark.kubernetes.driver.volumes.persistentVolumeClaim.data"
+    assert conf[f"{prefix}.mount.path"] == names.AUDIT_DATA_MOUNT
+    assert conf[f"{prefix}.options.claimName"] == "audit-history"
+    assert not any(".emptyDir." in key for key in conf)
+    assert not any(key.startswith("spark.kubernetes.executor.volumes") for key in conf)
+
+
+def test_executors_get_an_identity_with_no_token_and_no_binding(owner: specs.ObjectRef) -> None:
+    objects = audits.identity(owner, "popfleet-audit-spark-driver")
+    assert [o["kind"] for o in objects] == [
+        "ServiceAccount", "Role", "RoleBinding", "RoleBinding", "ServiceAccount"
+    ]  # fmt: skip
+    executor = objects[-1]
+    assert executor["metadata"]["name"] == "demo-audit-executor"
+    assert executor["automountServiceAccountToken"] is False
+    subjects = {s["name"] for o in objects if o["kind"] == "RoleBinding" for s in o["subjects"]}
+    assert subjects == {"demo-audit"}
 
 
 def test_audit_role_allows_only_group_reads_status_patches_and_events(
@@ -144,7 +237,7 @@ def test_audit_role_allows_only_group_reads_status_patches_and_events(
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "demo-audit", "namespace": "ns"}
     ]
-    spark = audits.identity(owner, "rel-popfleet-audit-spark-driver")[-1]
+    spark = audits.identity(owner, "rel-popfleet-audit-spark-driver")[3]
     assert spark["roleRef"]["kind"] == "ClusterRole"
     assert spark["roleRef"]["name"] == "rel-popfleet-audit-spark-driver"
     assert all(o["metadata"]["ownerReferences"][0]["uid"] == "uid-1" for o in objects)

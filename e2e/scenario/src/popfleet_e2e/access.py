@@ -15,7 +15,8 @@ Why: the same scenario runs on the local testbed (e2e/local, ``make demo``) and 
   reads it from the ``grpc_proxy`` environment variable, which ``e2e/kind/proxy_tunnel.py``
   sets). None (the testbed): brokers are dialled directly;
 * ``helm_values``: extra ``--set`` values for the install (image repositories on kind);
-* ``node_exec`` and ``next_broker_image``: what the kind-only steps (``disruptions``) need.
+* ``node_exec`` and ``next_broker_image``: what the kind-only steps (``disruptions``) need;
+  ``spark_operator``: the Spark operator build the SparkApplication step installs.
 
 Every call has a deadline; a failing tool raises ``ScenarioError`` with its stderr.
 """
@@ -37,6 +38,15 @@ Resolver = Callable[[str], str]
 
 class ScenarioError(Exception):
     """A step of the scenario failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class SparkOperatorBuild:
+    """The kubeflow Spark operator for the SparkApplication step (kind): its CRDs as v1 and
+    its manifests (e2e/kind/sparkoperator; the image is built and loaded by run.sh)."""
+
+    crds: Path
+    manifests: Path
 
 
 def loopback_only(endpoint: str) -> str:
@@ -64,6 +74,7 @@ class ClusterAccess:
     # and a second broker image already on the node for the rolling-upgrade step.
     node_exec: Callable[[Sequence[str]], str] | None = field(default=None, repr=False)
     next_broker_image: str | None = None
+    spark_operator: SparkOperatorBuild | None = None
     # Clients bootstrap from the brokers' client Service (its ClusterIP), as in-cluster users
     # do, instead of every pod IP: a bootstrap of pod IPs is lost once a rolling upgrade has
     # replaced every pod. Off on the testbed, whose ClusterIPs route nowhere.
@@ -100,6 +111,13 @@ class ClusterAccess:
 
     def kubectl(self, *args: str, stdin: str | None = None, timeout_s: float = 60) -> str:
         return self.run("kubectl", *args, stdin=stdin, timeout_s=timeout_s)
+
+    def kubectl_stream(self, *args: str) -> subprocess.Popen[str]:
+        """``kubectl ARGS`` left running (a watch), its stdout a text pipe; the caller ends it."""
+        return subprocess.Popen(
+            ["kubectl", *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=self._env(),
+        )  # fmt: skip
 
     def helm(self, *args: str, timeout_s: float = 240) -> str:
         return self.run("helm", *args, timeout_s=timeout_s)

@@ -5,7 +5,7 @@ Callers: ``e2e/kind`` (``KIND``, with its own access and resolver, in ``make tes
 (``demo.py`` runs the first steps and keeps traffic going).
 
     from popfleet_e2e import operatorfaults, scenario
-    from popfleet_e2e.access import ClusterAccess
+    from popfleet_e2e.access import ClusterAccess, ScenarioError
     timings = scenario.run(ClusterAccess(kubeconfig=..., namespace="story", resolve=...))
 
 Each step is a function of the ``Story`` that raises ``ScenarioError`` (with what it waited
@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from popfleet_e2e import auditing, disruptions, lifecycle, logs, operatorfaults, steps
-from popfleet_e2e.access import ClusterAccess
+from popfleet_e2e import auditing, disruptions, lifecycle, logs, operatorfaults, sparkapps, steps
+from popfleet_e2e.access import ClusterAccess, ScenarioError
 from popfleet_e2e.steps import Story
 
 Say = Callable[[str], None]
@@ -53,6 +53,24 @@ def _enable_audits(story: Story) -> str:
 
 def _audit_ran(story: Story) -> str:
     return auditing.ran_on_schedule(story.access, cluster=steps.CLUSTER, group=steps.GROUP)
+
+
+def _enable_kubernetes_audits(story: Story) -> str:
+    story.audit_pods = auditing.PodTally(story.access, steps.CLUSTER).start()
+    shape = auditing.KUBERNETES
+    return auditing.enabled_every_minute(story.access, cluster=steps.CLUSTER, shape=shape)
+
+
+def _kubernetes_audit_ran(story: Story) -> str:
+    tally = story.audit_pods
+    if tally is None:
+        raise ScenarioError("no audit pod tally: enable the audits first")
+    try:
+        return auditing.ran_with_executors(
+            story.access, cluster=steps.CLUSTER, group=steps.GROUP, tally=tally
+        )
+    finally:
+        tally.stop()
 
 
 def _uninstall(story: Story) -> str:
@@ -109,7 +127,29 @@ REAL_CLUSTER_ONLY: tuple[Step, ...] = (
         disruptions.rolling_upgrade_under_traffic,
     ),
 )
-KIND: tuple[Step, ...] = (*_UNTIL_POD_DELETED, *REAL_CLUSTER_ONLY, *_FROM_NO_LOSS)
+# On kind the audits run on Spark's Kubernetes backend: executor pods from our image, then
+# once more through a SparkApplication that the real Spark operator executes.
+ENABLE_KUBERNETES_AUDITS = Step(
+    "enable audits every minute (Job backend, k8s:// master, 2 executor pods)",
+    _enable_kubernetes_audits,
+)
+KUBERNETES_AUDIT_RAN = Step(
+    "an audit ran with executor pods and wrote the group's findings", _kubernetes_audit_ran
+)
+SPARK_APPLICATION_RAN = Step(
+    "an audit through a SparkApplication run by the Spark operator",
+    sparkapps.ran_through_the_spark_operator,
+)
+_KIND_UNTIL_POD_DELETED: tuple[Step, ...] = tuple(
+    {ENABLE_AUDITS: ENABLE_KUBERNETES_AUDITS, AUDIT_RAN: KUBERNETES_AUDIT_RAN}.get(step, step)
+    for step in _UNTIL_POD_DELETED
+)
+KIND: tuple[Step, ...] = (
+    *_KIND_UNTIL_POD_DELETED,
+    SPARK_APPLICATION_RAN,
+    *REAL_CLUSTER_ONLY,
+    *_FROM_NO_LOSS,
+)
 
 
 def run_steps(story: Story, chosen: Sequence[Step], *, say: Say = print) -> dict[str, float]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from popfleet_e2e import brokers, conditions, logs, waits
+from popfleet_e2e import auditing, brokers, conditions, logs, waits
 from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
 from popfleet_e2e.traffic import Traffic
 
@@ -33,6 +33,7 @@ class Story:
     stalled: dict[tuple[str, int], int] = field(default_factory=dict)
     logbook: logs.LogBook = field(default_factory=logs.LogBook)
     traffic_max_s: float = 1_800.0  # the producer's own bound (make demo runs longer)
+    audit_pods: auditing.PodTally | None = None  # kind: the audit pods seen while runs go
 
     def running_traffic(self) -> Traffic:
         if self.traffic is None:

@@ -19,6 +19,10 @@ class Timeout(ScenarioError):
     """A condition did not hold before its deadline."""
 
 
+class Fatal(ScenarioError):
+    """Raised by a check when waiting longer cannot help (e.g. the run failed): not retried."""
+
+
 def until(
     check: Callable[[], T | None],
     *,
@@ -30,13 +34,16 @@ def until(
     """Call ``check`` until it returns something other than None/False; return that.
 
     ``ScenarioError`` and ``OSError`` from ``check`` count as "not yet" (a server starting, an
-    object not created yet); the last one is quoted on timeout, with ``seen()``.
+    object not created yet); the last one is quoted on timeout, with ``seen()``. ``Fatal``
+    ends the wait at once.
     """
     deadline = time.monotonic() + timeout_s
     last_error = ""
     while True:
         try:
             result = check()
+        except Fatal:
+            raise
         except (ScenarioError, OSError) as exc:
             last_error, result = f"{type(exc).__name__}: {exc}", None
         if result is not None and result is not False:

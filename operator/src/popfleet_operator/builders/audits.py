@@ -3,19 +3,26 @@
 A run executes ``popfleet_audit`` (spark_operator_jobs/) against the cluster's brokers:
 
 * **Job** (``batch/v1``), master ``local[...]`` (or ``spark://``): the container runs
-  ``popfleet-audit all --master M ...``: driver and executors in the one pod.
-* **Job**, master ``k8s://...``: the container runs ``spark-submit`` in client mode; the
-  driver stays in the Job pod, executors are pods labelled like it (so the brokers'
-  NetworkPolicy lets them reach the admin port). The driver needs pod rights: a RoleBinding
-  to the chart's spark-driver ClusterRole (``spark_driver_binding``).
-* **SparkApplication** (``sparkoperator.k8s.io/v1beta2``): the kubeflow Spark operator
-  submits ``main.py`` in cluster mode with the same arguments; same RBAC as above.
+  ``popfleet-audit all --master M --conf K=V ...``: driver and executors in the one pod;
+* **Job**, master ``k8s://...``: the container runs ``spark-submit --deploy-mode client``:
+  the driver stays in the Job pod (``spark.driver.host`` its pod IP, the executors dial it),
+  Spark creates the executor pods from the audit image (its entry point speaks Spark's pod
+  contract) and the image's executor pod template (non-root, read-only root, ``/tmp`` an
+  emptyDir, no service account token); executors are owned by the driver pod, so they go
+  with it. The driver's rights: a RoleBinding to the chart's spark-driver ClusterRole
+  (``spark_driver_binding``: pods, services, configmaps in this namespace);
+* **SparkApplication** (``sparkoperator.k8s.io/v1beta2``): the Spark operator's
+  spark-submit starts the driver pod (cluster mode) from the image's driver template; the
+  same executor settings, RBAC and secrets as above, all as ``sparkConf`` (pod templates and
+  Spark's own volume and secret settings: no admission webhook needed).
 
-Every run mounts one data volume at ``/var/lib/popfleet-audit`` (``output/`` for the report,
-``history/`` for the Parquet history): the ``history.claimName`` PVC when set, else an
-emptyDir (no history between runs). With a ``k8s://`` master executors write too, so the
-claim must then be ReadWriteMany. The admin token Secret, when the cluster has one, is
-mounted at ``/etc/popfleet-admin/token``.
+Executors run as ``<cluster>-audit-executor``, a ServiceAccount no role is bound to, whose
+token is not mounted. They only read brokers (labelled like every audit pod, so the
+brokers' NetworkPolicy admits them to the admin port) and never write a file the run keeps:
+the reports and the history are written by the driver. So only the driver mounts the data
+volume at ``/var/lib/popfleet-audit`` (``output/``, ``history/``): the ``history.claimName``
+PVC when set (ReadWriteOnce is enough), else an emptyDir. The admin token Secret, when the
+cluster has one, is mounted at ``/etc/popfleet-admin`` in the driver and every executor.
 
 The audit pods' own Role allows exactly: get/list ConsumerGroups, patch their status,
 create Events.
@@ -109,12 +116,32 @@ def spark_driver_binding(owner: ObjectRef, cluster_role: str) -> dict[str, Any]:
     return _binding(owner, name, {"kind": "ClusterRole", "name": cluster_role})
 
 
+def executor_service_account(owner: ObjectRef) -> dict[str, Any]:
+    """The executors' identity: bound to nothing, and its token is never mounted."""
+    name = names.audit_executor_identity(owner.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": meta.object_meta(owner, name, component="audit"),
+        "automountServiceAccountToken": False,
+    }
+
+
 def identity(owner: ObjectRef, spark_cluster_role: str | None) -> list[dict[str, Any]]:
-    """ServiceAccount, Role, RoleBinding (+ the spark-driver binding), in apply order."""
+    """ServiceAccount, Role, RoleBinding (+ the spark-driver binding and the executors'
+    ServiceAccount for runs with Spark's Kubernetes backend), in apply order."""
     objects = [service_account(owner), role(owner), role_binding(owner)]
     if spark_cluster_role:
-        objects.append(spark_driver_binding(owner, spark_cluster_role))
+        objects += [
+            spark_driver_binding(owner, spark_cluster_role),
+            executor_service_account(owner),
+        ]
     return objects
+
+
+def token_file(token: SecretKeyRef) -> str:
+    """Where the admin token is read in every audit pod (the Secret's key as the file name)."""
+    return f"{names.ADMIN_TOKEN_MOUNT}/{token.key}"
 
 
 def cli_args(owner: ObjectRef, run: RunInputs) -> list[str]:
@@ -135,7 +162,7 @@ def cli_args(owner: ObjectRef, run: RunInputs) -> list[str]:
         run.name,  # ConsumerGroup status.audit.run names this Job or SparkApplication
     ]
     if run.admin_token is not None:
-        args += ["--admin-token-file", f"{names.ADMIN_TOKEN_MOUNT}/token"]
+        args += ["--admin-token-file", token_file(run.admin_token)]
     return args
 
 
@@ -166,7 +193,7 @@ def _volumes(spec: AuditSpec, run: RunInputs) -> list[dict[str, Any]]:
                 "name": "admin-token",
                 "secret": {
                     "secretName": run.admin_token.name,
-                    "items": [{"key": run.admin_token.key, "path": "token"}],
+                    "items": [{"key": run.admin_token.key, "path": run.admin_token.key}],
                 },
             }
         )
@@ -185,20 +212,47 @@ def _mounts(run: RunInputs) -> list[dict[str, Any]]:
     return mounts
 
 
-def _spark_conf(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, str]:
-    """Settings for a Kubernetes master (Job in client mode); the user's ``conf`` wins."""
+def executor_conf(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, str]:
+    """Spark's Kubernetes settings for the executors (and their driver's rights), any mode."""
+    spark = spec.spark
     conf = {
         "spark.kubernetes.namespace": owner.namespace,
         "spark.kubernetes.container.image": spec.image,
+        "spark.kubernetes.container.image.pullPolicy": "IfNotPresent",
         "spark.kubernetes.authenticate.driver.serviceAccountName": names.audit_identity(owner.name),
-        "spark.kubernetes.driver.pod.name": "$(POD_NAME)",  # executors owned by the Job pod
+        "spark.kubernetes.authenticate.executor.serviceAccountName": (
+            names.audit_executor_identity(owner.name)
+        ),
         "spark.kubernetes.executor.podNamePrefix": run.name,
-        f"spark.kubernetes.executor.label.{names.AUDIT_ROLE_LABEL}": "audit",
+        "spark.kubernetes.executor.podTemplateFile": (f"{names.AUDIT_POD_TEMPLATES}/executor.yaml"),
+        "spark.kubernetes.executor.podTemplateContainerName": names.SPARK_CONTAINER,
+        "spark.executor.instances": str(spark.executor_instances),
+        "spark.executor.cores": str(spark.executor_cores),
+        "spark.executor.memory": spark.executor_memory,
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        # No on-demand volume claims: the driver neither lists claims to reuse nor deletes
+        # any at the end (it holds no right to persistentvolumeclaims).
+        "spark.kubernetes.driver.ownPersistentVolumeClaim": "false",
+        "spark.kubernetes.driver.reusePersistentVolumeClaim": "false",
+    }
+    for key, value in names.audit_labels(owner.name).items():
+        conf[f"spark.kubernetes.executor.label.{key}"] = value
+    if run.admin_token is not None:
+        conf[f"spark.kubernetes.executor.secrets.{run.admin_token.name}"] = names.ADMIN_TOKEN_MOUNT
+    return conf
+
+
+def _spark_conf(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, str]:
+    """Settings for a Kubernetes master (Job, client mode); the user's ``conf`` wins."""
+    conf = {
+        **executor_conf(owner, spec, run),
+        "spark.kubernetes.driver.pod.name": "$(POD_NAME)",  # executors owned by the Job pod
+        # Bound to and advertised as the pod IP: Spark 4 may hand executors the bind address
+        # (spark.kubernetes.executor.useDriverPodIP), so it must be one they can dial.
         "spark.driver.host": "$(POD_IP)",
-        "spark.driver.bindAddress": "0.0.0.0",  # noqa: S104 - inside the pod, executors dial it
+        "spark.driver.bindAddress": "$(POD_IP)",
         "spark.driver.cores": str(spec.spark.driver_cores),
-        "spark.executor.instances": str(spec.spark.executor_instances),
-        "spark.executor.memory": spec.spark.executor_memory,
     }
     return {**conf, **spec.spark.conf}
 
@@ -206,12 +260,24 @@ def _spark_conf(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, 
 def command(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> list[str]:
     """The Job container's command: ``popfleet-audit`` or, for ``k8s://``, ``spark-submit``."""
     if not spec.kubernetes_master:
-        return ["popfleet-audit", *cli_args(owner, run), "--master", spec.master]
+        conf = [
+            part for key, value in spec.spark.conf.items() for part in ("--conf", f"{key}={value}")
+        ]
+        return ["popfleet-audit", *cli_args(owner, run), "--master", spec.master, *conf]
     submit = ["spark-submit", "--master", spec.master, "--deploy-mode", "client"]
     submit += ["--name", run.name, "--driver-memory", spec.spark.driver_memory]
     for key, value in sorted(_spark_conf(owner, spec, run).items()):
         submit += ["--conf", f"{key}={value}"]
     return [*submit, names.AUDIT_MAIN_FILE, *cli_args(owner, run)]
+
+
+def driver_request_cpu(spec: AuditSpec) -> str:
+    """The Job pod's CPU request: Spark's ``spark.kubernetes.driver.request.cores`` when the
+    user's ``conf`` sets it (as Spark reads it for a driver pod it creates), else the driver's
+    cores; ``spark.driver.cores`` stays what the driver schedules with."""
+    return spec.spark.conf.get(
+        "spark.kubernetes.driver.request.cores", str(spec.spark.driver_cores)
+    )
 
 
 def _container(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, Any]:
@@ -225,7 +291,7 @@ def _container(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, A
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ],
-        "resources": {"requests": {"cpu": str(spec.spark.driver_cores), "memory": memory}},
+        "resources": {"requests": {"cpu": driver_request_cpu(spec), "memory": memory}},
         "volumeMounts": _mounts(run),
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -268,46 +334,61 @@ def job(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, Any]:
     }
 
 
-def _spark_pod(owner: ObjectRef, run: RunInputs, *, cores: int, memory: str) -> dict[str, Any]:
-    return {
-        "cores": cores,
-        "memory": memory,
-        "labels": names.audit_labels(owner.name),
-        "volumeMounts": _mounts(run),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "runAsNonRoot": True,
-            "runAsUser": names.SPARK_UID,
-        },
+def _driver_conf(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, str]:
+    """Cluster mode: the driver pod from the image's template, its data volume and token."""
+    conf = {
+        "spark.kubernetes.driver.podTemplateFile": f"{names.AUDIT_POD_TEMPLATES}/driver.yaml",
+        "spark.kubernetes.driver.podTemplateContainerName": names.SPARK_CONTAINER,
     }
+    for key, value in names.audit_labels(owner.name).items():
+        conf[f"spark.kubernetes.driver.label.{key}"] = value
+    claim = spec.history.claim_name
+    volume = "spark.kubernetes.driver.volumes."
+    if claim:
+        conf[f"{volume}persistentVolumeClaim.data.mount.path"] = names.AUDIT_DATA_MOUNT
+        conf[f"{volume}persistentVolumeClaim.data.options.claimName"] = claim
+    else:
+        conf[f"{volume}emptyDir.data.mount.path"] = names.AUDIT_DATA_MOUNT
+    if run.admin_token is not None:
+        conf[f"spark.kubernetes.driver.secrets.{run.admin_token.name}"] = names.ADMIN_TOKEN_MOUNT
+    return conf
 
 
 def spark_application(owner: ObjectRef, spec: AuditSpec, run: RunInputs) -> dict[str, Any]:
-    """One run as a kubeflow SparkApplication (cluster mode; the Spark operator submits it)."""
+    """One run as a kubeflow SparkApplication (cluster mode; the Spark operator submits it).
+
+    Everything pod-shaped travels as ``sparkConf`` that spark-submit itself applies (pod
+    templates, volumes, secrets, labels), so it holds without the Spark operator's mutating
+    webhook; the user's ``conf`` wins.
+    """
     spark = spec.spark
-    driver = _spark_pod(owner, run, cores=spark.driver_cores, memory=spark.driver_memory)
-    driver["serviceAccount"] = names.audit_identity(owner.name)
-    executor = _spark_pod(owner, run, cores=1, memory=spark.executor_memory)
-    executor["instances"] = spark.executor_instances
+    labels = names.audit_labels(owner.name)
+    conf = {**executor_conf(owner, spec, run), **_driver_conf(owner, spec, run)}
     return {
         "apiVersion": SPARK_API_VERSION,
         "kind": "SparkApplication",
         "metadata": _run_meta(owner, run),
         "spec": {
             "type": "Python",
-            "pythonVersion": "3",
             "mode": "cluster",
             "image": spec.image,
             "imagePullPolicy": "IfNotPresent",
             "mainApplicationFile": f"local://{names.AUDIT_MAIN_FILE}",
             "arguments": cli_args(owner, run),
             "sparkVersion": SPARK_VERSION,
-            "sparkConf": dict(spec.spark.conf),
+            "sparkConf": {**conf, **spark.conf},
             "restartPolicy": {"type": "Never"},
-            "volumes": _volumes(spec, run),
-            "driver": driver,
-            "executor": executor,
+            "driver": {
+                "cores": spark.driver_cores,
+                "memory": spark.driver_memory,
+                "serviceAccount": names.audit_identity(owner.name),
+                "labels": labels,
+            },
+            "executor": {
+                "instances": spark.executor_instances,
+                "cores": spark.executor_cores,
+                "memory": spark.executor_memory,
+                "labels": labels,
+            },
         },
     }

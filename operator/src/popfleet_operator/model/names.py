@@ -121,12 +121,21 @@ AUDIT_RUN_NOW = f"{GROUP}/audit-run-now"  # any new value: a run now; on a run: 
 AUDIT_SCHEDULED_AT = f"{GROUP}/audit-scheduled-at"  # on a run: the time it was due
 AUDIT_DATA_MOUNT = "/var/lib/popfleet-audit"  # output/ and history/ (the claim, or emptyDir)
 AUDIT_MAIN_FILE = "/opt/popfleet-audit/main.py"  # popfleet_audit/main.py in the audit image
-SPARK_UID = 185  # the official Spark image's user
+SPARK_UID = 185  # the audit image's user (the official Spark image's uid)
+# Pod templates in the audit image (popfleet_audit/podtemplates): securityContext, /tmp; Spark
+# reads them where it builds the pods (the driver for executors, spark-submit for the driver).
+AUDIT_POD_TEMPLATES = "/opt/popfleet-audit/pod-templates"
+SPARK_CONTAINER = "spark"  # the container's name in those templates
 
 
 def audit_identity(cluster: str) -> str:
     """ServiceAccount, Role and RoleBinding of a cluster's audit pods."""
     return f"{cluster}-audit"
+
+
+def audit_executor_identity(cluster: str) -> str:
+    """ServiceAccount of a cluster's Spark executor pods: no role is bound to it, no token."""
+    return f"{cluster}-audit-executor"
 
 
 def audit_run(cluster: str, scheduled_s: int) -> str:

@@ -252,6 +252,7 @@ class SparkSettings:
     driver_cores: int = 1
     driver_memory: str = "512m"  # Spark's units (k, m, g, t), not Kubernetes quantities
     executor_instances: int = 1
+    executor_cores: int = 1
     executor_memory: str = "512m"
     conf: Mapping[str, str] = field(default_factory=dict)
 
@@ -303,6 +304,7 @@ def _spark_settings(raw: Raw) -> SparkSettings:
             raw.get("driverMemory", "512m"), where="spec.audit.spark.driverMemory"
         ),
         executor_instances=int(raw.get("executorInstances", 1)),
+        executor_cores=int(raw.get("executorCores", 1)),
         executor_memory=_spark_memory(
             raw.get("executorMemory", "512m"), where="spec.audit.spark.executorMemory"
         ),
