@@ -426,6 +426,16 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
             yield page
 
     @_streaming
+    async def ScanReviveLogBatches(
+        self, request: pb.ScanReviveLogBatchesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReviveLogBatch]:
+        info = await self._store.info()
+        async for batch in scanning.revive_log_batches(
+            self._store, cluster=info.cluster, request=request
+        ):
+            yield batch
+
+    @_streaming
     async def ScanOffsets(
         self, request: pb.ScanOffsetsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.OffsetTablePage]:
