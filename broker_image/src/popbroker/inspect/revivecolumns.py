@@ -25,7 +25,7 @@ call by Arrow's JSON reader and checked column by column. The result must be
   4. A row whose optional ``v`` (or, for acks, ``bn``) is null is checked for the
      key in its body: ``"v":null`` is malformed to the decoder, absent is not.
   5. Values the batch columns cannot hold -- a queue id or reput count beyond
-     int32, a revive time beyond int64 -- make the record MALFORMED on either
+     int32, a revive time or start + diff beyond int64 -- make the record MALFORMED on either
      path (:func:`out_of_range`), as they do in ``ScanReviveLog``.
 
 The per-record path builds a row per record from the decoder's value. Rows of
@@ -68,6 +68,8 @@ def out_of_range(decoded: revivelog.Decoded) -> str | None:
             return "ck record: queue id or reput times beyond int32"
         if decoded.pop_time_ms + decoded.invisible_ms > INT64_MAX:
             return "ck record: revive time beyond int64"
+        if decoded.start_queue_offset + decoded.queue_offset_diffs[-1] > INT64_MAX:
+            return "ck record: a queue offset beyond int64"
     elif isinstance(decoded, records.AckRecord):
         if decoded.queue_id > INT32_MAX:
             return "ack record: queue id beyond int32"
@@ -135,6 +137,25 @@ def _slow_table(messages: Sequence[StoredMessage], revive_queue_id: int) -> Any:
     return pa.Table.from_pylist(rows, schema=rb.SCHEMA)
 
 
+def batch_of_records(messages: Sequence[StoredMessage], *, revive_queue_id: int) -> Any:
+    """The same batch as :func:`batch_of`, every record through the per-record decoder."""
+    batches = _slow_table(messages, revive_queue_id).combine_chunks().to_batches()
+    return batches[0] if batches else rb.empty()
+
+
+def bulk_decodable(messages: Sequence[StoredMessage]) -> int:
+    """How many of ``messages`` :func:`batch_of` decodes in bulk (steps 1-4): for tests."""
+    candidates, kind_codes, _ = _candidates(messages)
+    bodies = [messages[i].body for i in candidates]
+    table = _parse(bodies) if bodies else None
+    if table is None:
+        return 0
+    kinds = pa.array(kind_codes, pa.int64())
+    suspects = _null_key_in_body(table, kinds, bodies)
+    mask = _checked(table, kinds).to_pylist()
+    return sum(1 for i, ok in enumerate(mask) if ok and i not in suspects)
+
+
 # ---------------------------------------------------------------- the bulk path
 
 
@@ -173,14 +194,18 @@ def _name(table: Any, key: str) -> Any:
     )
 
 
-def _list_ok(values: Any, *, increasing: bool) -> Any:
-    """Per row: 1..32 items, none null or negative, strictly increasing when asked."""
+def _list_ok(values: Any, *, increasing: bool, limits: Any = None) -> Any:
+    """Per row: 1..32 items, none null, negative or above the row's limit (when given),
+    strictly increasing when asked."""
     column = values
     lengths = pc.list_value_length(column)
     ok = _all(pc.greater_equal(lengths, 1), pc.less_equal(lengths, MAX_CHECKPOINT_MESSAGES))
     flat = pc.list_flatten(column)
     parents = pc.list_parent_indices(column)
-    bad_item = pc.invert(pc.fill_null(pc.greater_equal(flat, 0), False))
+    good_item = pc.greater_equal(flat, 0)
+    if limits is not None:
+        good_item = pc.and_kleene(good_item, pc.less_equal(flat, pc.take(limits, parents)))
+    bad_item = pc.invert(pc.fill_null(good_item, False))
     bad_rows = [pc.filter(parents, bad_item)]
     if increasing and len(flat) > 1:
         same_row = pc.equal(parents[1:], parents[:-1])
@@ -208,7 +233,11 @@ def _checked(table: Any, kinds: Any) -> Any:
         _name(table, "bn"),
         pc.equal(table["n"], pc.list_value_length(table["d"])),
         pc.less(table["bm"], pc.shift_left(pa.scalar(1), pc.list_value_length(table["d"]))),
-        _list_ok(pc.fill_null(table["d"], pa.scalar([], pa.list_(_I64))), increasing=True),
+        _list_ok(
+            pc.fill_null(table["d"], pa.scalar([], pa.list_(_I64))),
+            increasing=True,
+            limits=pc.subtract(pa.scalar(INT64_MAX), pc.fill_null(table["so"], 0)),
+        ),
     )
     bn_ok = pc.or_kleene(pc.is_null(table["bn"]), _name(table, "bn"))
     ack = _all(pc.equal(kinds, 2), *common, *_nonneg(table, "ao"), bn_ok)
@@ -249,7 +278,12 @@ def _fast_table(
     columns = {
         "queue_offset": pa.array([m.queue_offset for m in messages], _I64),
         "store_timestamp_ms": pa.array([m.store_timestamp_ms for m in messages], _I64),
-        "kind": kinds.cast(pa.int8()),
+        # A bAck of one offset reads as an ACK (``AckRecord.is_batch``), as in ScanReviveLog.
+        "kind": pc.if_else(
+            _all(pc.equal(kinds, 3), pc.less_equal(pc.list_value_length(table["aol"]), 1)),
+            pa.scalar(2, pa.int64()),
+            kinds,
+        ).cast(pa.int8()),
         "tag": pa.array(tags, pa.string()),
         "topic": table["t"],
         "group": table["c"],
