@@ -32,7 +32,8 @@ def _valid(kind: str, offsets: list[int], bitmap: int) -> dict[str, object]:
                 "bm": bitmap % (1 << len(diffs)), "n": len(diffs), "q": 3, "t": "orders",
                 "c": "billing", "d": diffs, "bn": "broker-a", "rp": 0}  # fmt: skip
     body: dict[str, object] = {"v": 1, "ao": offsets[0], "so": 100, "c": "billing",
-                               "t": "orders", "q": 3, "pt": 1_700_000_000_000, "bn": "broker-a"}  # fmt: skip
+                               "t": "orders", "q": 3, "pt": 1_700_000_000_000,
+                               "bn": "broker-a"}  # fmt: skip
     if kind == "bAck":
         body["ao"] = -1
         body["aol"] = offsets
