@@ -27,6 +27,7 @@ def test_admin_proto_is_registered_under_its_full_path_and_package() -> None:
         "GetOffsets",
         "GetReviveStats",
         "ScanReviveLog",
+        "ScanReviveLogBatches",
         "ScanOffsets",
     }
     streaming = {m.name for m in service.methods if m.server_streaming}
