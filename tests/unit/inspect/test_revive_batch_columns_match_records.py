@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from popbroker.inspect import revivecolumns
-from popbroker.store.api import PROPERTY_TAGS, StoredMessage
+from popbroker.store.api import PROPERTY_TAGS, MessageColumns, ReadStatus
 
 KEYS = ("v", "so", "pt", "it", "bm", "n", "q", "t", "c", "d", "bn", "rp", "ao", "aol")
 ODD_VALUES = st.sampled_from(
@@ -67,31 +67,39 @@ def bodies(draw: st.DrawFn) -> tuple[str, bytes]:
     return draw(st.sampled_from([kind, kind, kind, "ck", "bAck", "delay", "x"])), text.encode()
 
 
-def _message(offset: int, tag: str, body: bytes) -> StoredMessage:
-    return StoredMessage(
-        topic="rmq_sys_REVIVE_LOG_c", queue_id=0, queue_offset=offset, physical_offset=offset,
-        body=body, properties={PROPERTY_TAGS: tag}, born_timestamp_ms=1,
-        store_timestamp_ms=2 + offset, born_host="h", reconsume_times=0, flags=0,
-    )  # fmt: skip
+def _read(records: list[tuple[str, bytes]]) -> MessageColumns:
+    """What ``LocalStore.read_columns`` returns for these (tag, body) records from offset 0."""
+    return MessageColumns(
+        status=ReadStatus.FOUND,
+        queue_offsets=list(range(len(records))),
+        store_timestamps_ms=[2 + i for i in range(len(records))],
+        properties=[{PROPERTY_TAGS: tag} for tag, _ in records],
+        bodies=[body for _, body in records],
+        next_queue_offset=len(records),
+        min_queue_offset=0,
+        max_queue_offset=len(records),
+    )
 
 
 @pytest.mark.timeout(300)
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(bodies(), min_size=1, max_size=24))
 def test_bulk_decoding_equals_record_by_record(generated: list[tuple[str, bytes]]) -> None:
-    messages = [_message(i, tag, body) for i, (tag, body) in enumerate(generated)]
-    bulk = revivecolumns.batch_of(messages, revive_queue_id=0)
-    one_by_one = revivecolumns.batch_of_records(messages, revive_queue_id=0)
+    read = _read(generated)
+    bulk = revivecolumns.batch_of(read, revive_queue_id=0)
+    one_by_one = revivecolumns.batch_of_records(read, revive_queue_id=0)
     assert bulk.to_pylist() == one_by_one.to_pylist()
 
 
 @pytest.mark.timeout(60)
 def test_plain_bodies_take_the_bulk_path() -> None:
-    messages = [
-        _message(i, tag, json.dumps(_valid(tag, [1, 4], 1), separators=(",", ":")).encode())
-        for i, tag in enumerate(["ck", "ack", "bAck"] * 3)
-    ]
-    assert revivecolumns.bulk_decodable(messages) == len(messages)
-    rows = revivecolumns.batch_of(messages, revive_queue_id=0).to_pylist()
+    read = _read(
+        [
+            (tag, json.dumps(_valid(tag, [1, 4], 1), separators=(",", ":")).encode())
+            for tag in ["ck", "ack", "bAck"] * 3
+        ]
+    )
+    assert revivecolumns.bulk_decodable(read) == 9
+    rows = revivecolumns.batch_of(read, revive_queue_id=0).to_pylist()
     assert [r["queue_offsets"] for r in rows[:3]] == [[101, 104], [1], [1, 4]]
     assert rows[0]["revive_time_ms"] == 1_700_000_060_000

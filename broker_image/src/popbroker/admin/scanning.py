@@ -18,7 +18,8 @@ Revive log (``ScanReviveLog``), as numbered steps:
 Revive log in batches (``ScanReviveLogBatches``): the same steps, validation
 and positions, with up to ``batch_records`` records (``0..65536``, 0 = 4096)
 per message as one Arrow record batch built by
-:mod:`popbroker.inspect.revivecolumns` (read from the store 1024 at a time).
+:mod:`popbroker.inspect.revivecolumns` (read from the store 1024 at a time with
+``read_columns``: the same verified records without an object per message).
 
 Offset table (``ScanOffsets``): one snapshot of the committed-offset rows,
 sorted by (group, topic, queue id), filtered to rows after ``start_after``,
@@ -31,7 +32,9 @@ Callers: :mod:`popbroker.admin.servicer`; :mod:`popbroker.pop.revivelog` decodes
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Protocol
 
 from popbroker.admin.errors import InvalidArgument, NotFound, OutOfRange
 from popbroker.inspect import inspecting, revivecolumns
@@ -42,6 +45,7 @@ from popbroker.store import names
 from popbroker.store.api import (
     PROPERTY_TAGS,
     CommittedOffset,
+    MessageColumns,
     QueueBounds,
     ReadStatus,
     StoreApi,
@@ -212,8 +216,16 @@ async def revive_log_pages(
             return
 
 
+class ColumnStore(StoreApi, Protocol):
+    """The store as the batch scan reads it: ``StoreApi`` plus bulk reads (``LocalStore``)."""
+
+    def read_columns(
+        self, topic: str, queue_id: int, queue_offset: int, *, max_count: int
+    ) -> MessageColumns: ...
+
+
 async def revive_log_batches(
-    store: StoreApi, *, cluster: str, request: pb.ScanReviveLogBatchesRequest
+    store: ColumnStore, *, cluster: str, request: pb.ScanReviveLogBatchesRequest
 ) -> AsyncIterator[pb.ReviveLogBatch]:
     """The revive log as Arrow batches (see the module docstring)."""
     revive_queue_id = request.revive_queue_id
@@ -235,35 +247,38 @@ async def revive_log_batches(
     low, high = bounds.min_queue_offset, bounds.max_queue_offset
     while True:
         wanted = batch_records if remaining is None else min(batch_records, remaining)
-        messages: list[StoredMessage] = []
-        while len(messages) < wanted:
-            count = min(_STORE_READ, wanted - len(messages))
-            result = await store.read(
-                topic, revive_queue_id, position, max_count=count, max_scan=count
-            )
+        read = MessageColumns(ReadStatus.FOUND, [], [], [], [], position, low, high)
+        while len(read.queue_offsets) < wanted:
+            count = min(_STORE_READ, wanted - len(read.queue_offsets))
+            result = store.read_columns(topic, revive_queue_id, position, max_count=count)
             low, high = result.min_queue_offset, result.max_queue_offset
             if result.status is ReadStatus.OFFSET_TOO_SMALL and position < low:
                 position = low  # retention ran between reads; go on from the new minimum
                 continue
             if result.status is not ReadStatus.FOUND:
                 break
-            messages.extend(result.messages)
+            read.queue_offsets.extend(result.queue_offsets)
+            read.store_timestamps_ms.extend(result.store_timestamps_ms)
+            read.properties.extend(result.properties)
+            read.bodies.extend(result.bodies)
             position = result.next_queue_offset
-        batch = revivecolumns.batch_of(messages, revive_queue_id=revive_queue_id)
+            await asyncio.sleep(0)  # let other calls in between reads
+        records = len(read.queue_offsets)
+        batch = revivecolumns.batch_of(read, revive_queue_id=revive_queue_id)
         end = position >= high
         yield pb.ReviveLogBatch(
             revive_queue_id=revive_queue_id,
             format=pb.REVIVE_BATCH_FORMAT_ARROW_IPC_V1,
-            arrow_ipc=revivebatches.to_ipc(batch) if messages else b"",
-            record_count=len(messages),
+            arrow_ipc=revivebatches.to_ipc(batch) if records else b"",
+            record_count=records,
             next_queue_offset=position,
             min_queue_offset=low,
             max_queue_offset=high,
             end_of_log=end,
         )
         if remaining is not None:
-            remaining -= len(messages)
-        if end or not messages or remaining == 0:
+            remaining -= records
+        if end or not records or remaining == 0:
             return
 
 

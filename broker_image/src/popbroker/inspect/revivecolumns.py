@@ -46,7 +46,7 @@ import pyarrow.json as pajson
 
 from popbroker.pop import records, revivelog
 from popbroker.pop.checkpoints import MAX_CHECKPOINT_MESSAGES, Checkpoint
-from popbroker.store.api import PROPERTY_TAGS, StoredMessage
+from popbroker.store.api import PROPERTY_TAGS, MessageColumns
 from popfleet_api import revivebatches as rb
 
 INT32_MAX = 2**31 - 1
@@ -95,14 +95,16 @@ def _utf8(body: bytes) -> bool:
 # ---------------------------------------------------------------- the per-record path
 
 
-def _slow_row(message: StoredMessage, revive_queue_id: int) -> dict[str, object]:
+def _slow_row(read: MessageColumns, index: int, revive_queue_id: int) -> dict[str, object]:
     row: dict[str, object] = dict.fromkeys(rb.COLUMNS)
-    row.update(queue_offset=message.queue_offset, store_timestamp_ms=message.store_timestamp_ms)
-    tag = message.tag
-    row["tag"] = tag
-    decoded = revivelog.decode(
-        tag, message.properties, message.body, revive_queue_id=revive_queue_id
+    row.update(
+        queue_offset=read.queue_offsets[index],
+        store_timestamp_ms=read.store_timestamps_ms[index],
     )
+    properties = read.properties[index]
+    tag = properties.get(PROPERTY_TAGS, "")
+    row["tag"] = tag
+    decoded = revivelog.decode(tag, properties, read.bodies[index], revive_queue_id=revive_queue_id)
     reason = out_of_range(decoded)
     if reason is not None:
         decoded = revivelog.Malformed(reason)
@@ -132,21 +134,22 @@ def _slow_row(message: StoredMessage, revive_queue_id: int) -> dict[str, object]
     return row
 
 
-def _slow_table(messages: Sequence[StoredMessage], revive_queue_id: int) -> Any:
-    rows = [_slow_row(m, revive_queue_id) for m in messages]
+def _slow_table(read: MessageColumns, indexes: Sequence[int], revive_queue_id: int) -> Any:
+    rows = [_slow_row(read, i, revive_queue_id) for i in indexes]
     return pa.Table.from_pylist(rows, schema=rb.SCHEMA)
 
 
-def batch_of_records(messages: Sequence[StoredMessage], *, revive_queue_id: int) -> Any:
+def batch_of_records(read: MessageColumns, *, revive_queue_id: int) -> Any:
     """The same batch as :func:`batch_of`, every record through the per-record decoder."""
-    batches = _slow_table(messages, revive_queue_id).combine_chunks().to_batches()
+    indexes = range(len(read.queue_offsets))
+    batches = _slow_table(read, indexes, revive_queue_id).combine_chunks().to_batches()
     return batches[0] if batches else rb.empty()
 
 
-def bulk_decodable(messages: Sequence[StoredMessage]) -> int:
-    """How many of ``messages`` :func:`batch_of` decodes in bulk (steps 1-4): for tests."""
-    candidates, kind_codes, _ = _candidates(messages)
-    bodies = [messages[i].body for i in candidates]
+def bulk_decodable(read: MessageColumns) -> int:
+    """How many records of ``read`` :func:`batch_of` decodes in bulk (steps 1-4): for tests."""
+    candidates, kind_codes, _ = _candidates(read)
+    bodies = [read.bodies[i] for i in candidates]
     table = _parse(bodies) if bodies else None
     if table is None:
         return 0
@@ -267,7 +270,7 @@ def _queue_offsets(table: Any, kinds: Any) -> Any:
 
 
 def _fast_table(
-    messages: Sequence[StoredMessage], *, tags: Sequence[str], table: Any, kinds: Any
+    read: MessageColumns, indexes: Sequence[int], *, tags: Sequence[str], table: Any, kinds: Any
 ) -> Any:
     is_ck = pc.equal(kinds, 1)
     null64 = pa.nulls(len(table), _I64)
@@ -276,8 +279,8 @@ def _fast_table(
         return pc.if_else(is_ck, column, null64)
 
     columns = {
-        "queue_offset": pa.array([m.queue_offset for m in messages], _I64),
-        "store_timestamp_ms": pa.array([m.store_timestamp_ms for m in messages], _I64),
+        "queue_offset": pa.array([read.queue_offsets[i] for i in indexes], _I64),
+        "store_timestamp_ms": pa.array([read.store_timestamps_ms[i] for i in indexes], _I64),
         # A bAck of one offset reads as an ACK (``AckRecord.is_batch``), as in ScanReviveLog.
         "kind": pc.if_else(
             _all(pc.equal(kinds, 3), pc.less_equal(pc.list_value_length(table["aol"]), 1)),
@@ -312,14 +315,14 @@ def _null_key_in_body(table: Any, kinds: Any, bodies: Sequence[bytes]) -> set[in
     return suspects
 
 
-def _candidates(messages: Sequence[StoredMessage]) -> tuple[list[int], list[int], list[str]]:
+def _candidates(read: MessageColumns) -> tuple[list[int], list[int], list[str]]:
     """Step 1: indexes and kind codes of the bulk-path records, and every record's tag."""
-    tags = [m.properties.get(PROPERTY_TAGS, "") for m in messages]
+    tags = read.tags()
     candidates: list[int] = []
     codes: list[int] = []
     for index, tag in enumerate(tags):
         code = _JSON_TAGS.get(tag)
-        body = messages[index].body
+        body = read.bodies[index]
         if (
             code is not None
             and 2 <= len(body) <= records.MAX_RECORD_BYTES
@@ -328,9 +331,9 @@ def _candidates(messages: Sequence[StoredMessage]) -> tuple[list[int], list[int]
         ):
             candidates.append(index)
             codes.append(code)
-    joined = b"\n".join(messages[i].body for i in candidates)
+    joined = b"\n".join(read.bodies[i] for i in candidates)
     if joined.count(b"\n") != max(len(candidates) - 1, 0) or not _plain_text(joined):
-        kept = [(i, c) for i, c in zip(candidates, codes, strict=True) if _plain(messages[i].body)]
+        kept = [(i, c) for i, c in zip(candidates, codes, strict=True) if _plain(read.bodies[i])]
         candidates, codes = [i for i, _ in kept], [c for _, c in kept]
     return candidates, codes, tags
 
@@ -339,16 +342,16 @@ def _plain_text(data: bytes) -> bool:
     return b"\r" not in data and b"\\" not in data and _utf8(data)
 
 
-def batch_of(messages: Sequence[StoredMessage], *, revive_queue_id: int) -> Any:
-    """The records of ``messages`` (one revive queue, in position order) as one batch."""
-    candidates, kind_codes, tags = _candidates(messages)
+def batch_of(read: MessageColumns, *, revive_queue_id: int) -> Any:
+    """The records of ``read`` (one revive queue, in position order) as one batch."""
+    candidates, kind_codes, tags = _candidates(read)
     pieces = []
-    slow = sorted(set(range(len(messages))) - set(candidates))
+    slow = sorted(set(range(len(read.queue_offsets))) - set(candidates))
     if candidates:
-        bodies = [messages[i].body for i in candidates]
+        bodies = [read.bodies[i] for i in candidates]
         table = _parse(bodies)
         if table is None:
-            slow = list(range(len(messages)))
+            slow = list(range(len(read.queue_offsets)))
         else:
             kinds = pa.array(kind_codes, pa.int64())
             mask = _checked(table, kinds)
@@ -362,14 +365,15 @@ def batch_of(messages: Sequence[StoredMessage], *, revive_queue_id: int) -> Any:
                 fast = [candidates[i] for i in chosen]
                 pieces.append(
                     _fast_table(
-                        [messages[i] for i in fast],
+                        read,
+                        fast,
                         tags=[tags[i] for i in fast],
                         table=table.filter(mask),
                         kinds=pc.filter(kinds, mask),
                     )
                 )
     if slow:
-        pieces.append(_slow_table([messages[i] for i in slow], revive_queue_id))
+        pieces.append(_slow_table(read, slow, revive_queue_id))
     if not pieces:
         return rb.empty()
     merged = pa.concat_tables(pieces)
