@@ -149,15 +149,20 @@ def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms:
 
 
 def orphan_acks(revive_log: DataFrame) -> DataFrame:
-    """Per (broker_name, group): ACK entries matching no CK of the scan, at or before them."""
-    entries = sf.aggregate(
-        sf.col("acks"),
-        sf.lit(0),
-        lambda total, a: total + sf.coalesce(sf.size(a["offsets"]), sf.lit(0)),
-    )
+    """Per (broker_name, group): ACK entries matching no CK of the scan, at or before them.
+
+    A key without a CK has every CK-side aggregate null; testing all of them (not only
+    ``ck_position``) says the same and keeps the optimizer from pruning them, so the
+    aggregation below is the one :func:`message_states` runs and Spark reuses its
+    exchange (``ReusedExchange``) instead of shuffling the log a second time.
+    """
+    entries = sf.aggregate(sf.col("acks"), sf.lit(0), lambda total, a: total + _count(a["offsets"]))
+    no_checkpoint = sf.col("ck_position").isNull()
+    for column in ("revive_time_ms", "queue_offsets", "ack_bitmap", "broker_now_ms"):
+        no_checkpoint = no_checkpoint & sf.col(column).isNull()
     return (
         per_checkpoint_key(revive_log)
-        .filter(sf.col("ck_position").isNull())
+        .filter(no_checkpoint)
         .groupBy("broker_name", "group")
         .agg(sf.sum(entries).cast("long").alias("orphan_acks"))
     )
