@@ -351,27 +351,26 @@ def batch_of(read: MessageColumns, *, revive_queue_id: int) -> Any:
         bodies = [read.bodies[i] for i in candidates]
         table = _parse(bodies)
         if table is None:
-            slow = list(range(len(read.queue_offsets)))
-        else:
-            kinds = pa.array(kind_codes, pa.int64())
-            mask = _checked(table, kinds)
-            suspects = _null_key_in_body(table, kinds, bodies)
-            if suspects:
-                rows = pa.array(range(len(bodies)), pa.int64())
-                mask = pc.and_(mask, pc.invert(pc.is_in(rows, pa.array(sorted(suspects)))))
-            chosen = pc.indices_nonzero(mask).to_pylist()
-            slow = sorted(set(slow) | (set(candidates) - {candidates[i] for i in chosen}))
-            if chosen:
-                fast = [candidates[i] for i in chosen]
-                pieces.append(
-                    _fast_table(
-                        read,
-                        fast,
-                        tags=[tags[i] for i in fast],
-                        table=table.filter(mask),
-                        kinds=pc.filter(kinds, mask),
-                    )
+            return batch_of_records(read, revive_queue_id=revive_queue_id)
+        kinds = pa.array(kind_codes, pa.int64())
+        mask = _checked(table, kinds)
+        suspects = _null_key_in_body(table, kinds, bodies)
+        if suspects:
+            rows = pa.array(range(len(bodies)), pa.int64())
+            mask = pc.and_(mask, pc.invert(pc.is_in(rows, pa.array(sorted(suspects)))))
+        chosen = pc.indices_nonzero(mask).to_pylist()
+        slow = sorted(set(slow) | (set(candidates) - {candidates[i] for i in chosen}))
+        if chosen:
+            fast = [candidates[i] for i in chosen]
+            pieces.append(
+                _fast_table(
+                    read,
+                    fast,
+                    tags=[tags[i] for i in fast],
+                    table=table.filter(mask),
+                    kinds=pc.filter(kinds, mask),
                 )
+            )
     if slow:
         pieces.append(_slow_table(read, slow, revive_queue_id))
     if not pieces:
