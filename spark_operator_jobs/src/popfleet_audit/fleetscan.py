@@ -36,8 +36,9 @@ T = TypeVar("T")
 ScanRow = tuple[object, ...]
 _PAGE_SIZE = 1024
 _BATCH_RECORDS = 8192
-# GetReviveStats replays the newest records of every revive queue on the broker: on a big
-# log and a busy broker it takes far longer than the client's 10 s default.
+# GetReviveStats: a broker's first call replays the newest records of every revive queue (later
+# calls only what is new); on a big log and a busy broker that first call takes far longer than
+# the client's 10 s default.
 UNARY_TIMEOUT_S = 120.0
 SCAN_TIMEOUT_S = 3_600.0  # one revive queue of a big log, read a page at a time
 
