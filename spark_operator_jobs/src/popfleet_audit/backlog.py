@@ -82,21 +82,13 @@ def _count(items: Column) -> Column:
     return sf.coalesce(sf.size(items), sf.lit(0))
 
 
-def _ack_records(message_queue_offset: Column, ck_position: Column) -> Column:
-    """ACK entries for one message recorded after its CK (step 2): every occurrence counts."""
-    return sf.aggregate(
-        sf.col("acks"),
-        sf.lit(0).cast("long"),
-        lambda total, a: (
-            total
-            + sf.when(
-                a["position"] > ck_position,
-                sf.coalesce(
-                    sf.size(sf.filter(a["offsets"], lambda o: o == message_queue_offset)), sf.lit(0)
-                ),
-            ).otherwise(0)
-        ),
+def _ack_offsets_after(ck_position: Column) -> Column:
+    """Per CK key: the queue offsets of every ACK entry recorded after the CK (step 2),
+    one array, computed once per key rather than per message."""
+    after = sf.filter(
+        sf.col("acks"), lambda a: (a["position"] > ck_position) & a["offsets"].isNotNull()
     )
+    return sf.flatten(sf.transform(after, lambda a: a["offsets"]))
 
 
 def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms: int) -> DataFrame:
@@ -126,13 +118,15 @@ def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms:
         "ck_position",
         "revive_time_ms",
         "broker_now_ms",
-        "acks",
+        _ack_offsets_after(sf.col("ck_position")).alias("ack_offsets"),
         sf.posexplode("queue_offsets").alias("bit", "message_queue_offset"),
         "ack_bitmap",
     )
     acked_in_ck = sf.expr("(shiftright(ack_bitmap, bit) & 1) = 1")
-    ack_records = sf.coalesce(
-        _ack_records(sf.col("message_queue_offset"), sf.col("ck_position")), sf.lit(0)
+    # ACK entries for this message: occurrences of its offset (array_remove drops them all).
+    ack_records = (
+        sf.size("ack_offsets")
+        - sf.size(sf.array_remove("ack_offsets", sf.col("message_queue_offset")))
     ).cast("long")
     return messages.select(
         *CK_KEY,
