@@ -10,6 +10,15 @@ queues (one data-source partition per revive queue; ``local[2]`` runs two at a t
   backlog transforms (CK/ACK join per group, per-group report), collected -- the
   audit's work. A warm-up read comes first (Python workers, imports).
 
+Both cases run for each revive-log transfer of the data source, side by side:
+``batches`` (the default: ``ScanReviveLogBatches``, Arrow record batches handed to
+Spark as they are) and ``records`` (the older path: ``ScanReviveLog``, one Python
+tuple per record, also the fallback for brokers without the batch RPC). Each
+case also records the time of the broker's first and second ``GetReviveStats``
+(incremental since issue 16: the second reads only new records) and the load
+average (1, 5, 15 min) when it started; figures taken at a 1-minute load above
+1.5 are indicative only.
+
 The records are honest revive-log records: checkpoints of 8 messages each and
 one ACK record per checkpoint acking half of them, encoded by the broker's own
 record codec and appended straight into a broker store (``LocalStore``, the
@@ -18,13 +27,15 @@ store API) with the wanted number of revive queues, by a child process
 store's admin API on 127.0.0.1; the audit reads it like a live broker. Bounded
 by the record count; each case runs ``--repeats`` times (median reported). Nothing asserts a
 timing. Run: ``make bench`` or ``python -m bench.audit_throughput [--records N]
-[--queues 1,2,4,8] [--repeats 1]``; JSON to bench/results/audit_throughput.json.
+[--queues 1,2,4,8] [--scaling-records N, 0 = no scaling series] [--transfers batches,records]
+[--repeats 1]``; JSON to bench/results/audit_throughput.json.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -47,6 +58,7 @@ BROKER = "broker-0"
 MESSAGES_PER_CK = 8
 BATCH = 1_000
 GROUPS = 16
+WARM_UP_RECORDS = 2_000  # per revive queue
 START_TIMEOUT_S = 1_200.0  # includes generating up to 1M records on a loaded machine
 
 
@@ -148,14 +160,51 @@ def _stop_server(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(timeout=30)
 
 
-def _measure(spark: Any, target: str, repeats: int) -> dict[str, Any]:
+def _revive_stats_s(target: str) -> list[float]:
+    """Seconds of two GetReviveStats calls in a row (the second after the broker's cache)."""
+    from popfleet_api.client import BrokerAdmin  # noqa: PLC0415
+
+    async def twice() -> list[float]:
+        took = []
+        async with BrokerAdmin(target, timeout_s=600.0) as admin:
+            for _ in range(2):
+                started = time.perf_counter()
+                await admin.revive_stats()
+                took.append(time.perf_counter() - started)
+                await asyncio.sleep(1.1)  # StorePopState caches an answer for 1 s: ask afresh
+        return took
+
+    return asyncio.run(twice())
+
+
+def _warm_up_join(spark: Any, target: str, transfer: str) -> None:
+    """The join once on the first records of each revive queue: the JVM compiles its code
+    before the measured runs, whichever transfer comes first."""
+    from popfleet_audit import backlog, datasource  # noqa: PLC0415 - only with Spark up
+
+    plan = datasource.plan_revive_log([target], token=None, start_from="earliest")
+    ends = {p.key: min(p.end_queue_offset, p.start_queue_offset + WARM_UP_RECORDS) for p in plan}
+
+    def frame(table: str) -> Any:
+        reader = spark.read.format("popfleet").option("brokers", target).option("table", table)
+        reader = reader.option("from", "earliest").option("transfer", transfer)
+        return reader.option("endPositions", json.dumps(ends)).load()
+
+    log = frame("revive_log")
+    states = backlog.message_states(log, frame("revive_queues"), grace_ms=5_000)
+    backlog.group_backlog(states, frame("group_retry"), backlog.orphan_acks(log)).collect()
+
+
+def _measure(spark: Any, target: str, repeats: int, transfer: str) -> dict[str, Any]:
     from popfleet_audit import backlog  # noqa: PLC0415 - only with Spark up
 
     def frame(table: str) -> Any:
         reader = spark.read.format("popfleet").option("brokers", target).option("table", table)
-        return reader.option("from", "earliest").load()
+        return reader.option("from", "earliest").option("transfer", transfer).load()
 
+    load_at_start = [round(x, 2) for x in os.getloadavg()]
     frame("revive_queues").collect()  # warm-up: Python workers started, modules imported
+    _warm_up_join(spark, target, transfer)
     runs: dict[str, list[float]] = {"scan": [], "scan_join": []}
     scanned = 0
     for _ in range(repeats):
@@ -172,6 +221,8 @@ def _measure(spark: Any, target: str, repeats: int) -> dict[str, Any]:
         log.unpersist()
     unacked = sum(row.unacked_messages for row in groups)
     return {
+        "transfer": transfer,
+        "load_average_at_start": load_at_start,
         "records": scanned,
         "partitions": frame("revive_log").rdd.getNumPartitions(),
         "unacked_messages": unacked,
@@ -181,18 +232,35 @@ def _measure(spark: Any, target: str, repeats: int) -> dict[str, Any]:
 
 
 def _case(
-    spark: Any, tmp: Path, revive_queues: int, total_records: int, repeats: int
+    spark: Any,
+    tmp: Path,
+    revive_queues: int,
+    total_records: int,
+    *,
+    repeats: int,
+    transfers: list[str],
 ) -> dict[str, Any]:
     data_dir = tmp / f"q{revive_queues}-{total_records}" / "data"
     proc, target, generate_s = _start_server(data_dir, revive_queues, total_records)
+    case: dict[str, Any] = {}
     try:
-        case = _measure(spark, target, repeats)
+        case["revive_stats_first_then_second_s"] = _revive_stats_s(target)
+        for transfer in transfers:
+            case[transfer] = _measure(spark, target, repeats, transfer)
+            shown = {k: round(v) for k, v in case[transfer].items() if k.endswith("per_s")}
+            print(
+                f"{revive_queues} revive queues, {total_records} records, {transfer}: {shown} "
+                f"(load {case[transfer]['load_average_at_start']})",
+                flush=True,
+            )
     finally:
         _stop_server(proc)
     case["generate_s"] = generate_s
     case["expected_unacked_messages"] = (total_records // 2) * MESSAGES_PER_CK // 2
-    shown = {k: round(v) for k, v in case.items() if k.endswith("per_s")}
-    print(f"{revive_queues} revive queues, {total_records} records: {shown}", flush=True)
+    if {"batches", "records"} <= set(transfers):
+        for kind in ("scan", "scan_join"):
+            key = f"{kind}_records_per_s"
+            case[f"{kind}_speedup_batches_vs_records"] = case["batches"][key] / case["records"][key]
     return case
 
 
@@ -200,21 +268,26 @@ def _bench(args: argparse.Namespace) -> dict[str, Any]:
     from popfleet_audit import session  # noqa: PLC0415 - Spark only in the measuring process
 
     spark = session.build("local[2]", app_name="bench-audit-throughput")
+    options = {"repeats": args.repeats, "transfers": args.transfers}
     try:
         with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
-            headline = _case(spark, Path(tmp), max(args.queues), args.records, args.repeats)
+            headline = _case(spark, Path(tmp), max(args.queues), args.records, **options)
             scaling = {
-                str(n): _case(spark, Path(tmp), n, args.scaling_records, args.repeats)
-                for n in args.queues
+                str(n): _case(spark, Path(tmp), n, args.scaling_records, **options)
+                for n in (args.queues if args.scaling_records else [])
             }
     finally:
         spark.stop()
-    base = scaling[str(args.queues[0])]
-    for case in scaling.values():
-        for kind in ("scan", "scan_join"):
-            case[f"{kind}_speedup_vs_{args.queues[0]}_queue"] = (
-                case[f"{kind}_records_per_s"] / base[f"{kind}_records_per_s"]
-            )
+    for transfer in args.transfers:
+        if not scaling:
+            break
+        base = scaling[str(args.queues[0])][transfer]
+        for case in scaling.values():
+            for kind in ("scan", "scan_join"):
+                key = f"{kind}_records_per_s"
+                case[transfer][f"{kind}_speedup_vs_{args.queues[0]}_queue"] = (
+                    case[transfer][key] / base[key]
+                )
     return {"headline": headline, "scaling_by_revive_queues": scaling}
 
 
@@ -232,6 +305,7 @@ def main() -> None:
     )
     parser.add_argument("--scaling-records", type=int, default=200_000)
     parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--transfers", type=lambda s: s.split(","), default=["batches", "records"])
     args = parser.parse_args()
     if args.command == "serve":
         asyncio.run(_serve(args.data_dir, args.revive_queues, args.records, args.ready_file))
@@ -245,6 +319,7 @@ def main() -> None:
             "scaling_records": args.scaling_records,
             "master": "local[2]",
             "repeats": args.repeats,
+            "transfers": args.transfers,
             **results,
         },
     )

@@ -85,6 +85,10 @@ _.filter_type
 # -- what a value reports, asserted by the tests of the code that returns it; not yet
 #    exported as metrics (StepReport of a revive step, a send receipt's delayed flag, the
 #    queue lock table's takeover count, the checkpoint buffer's read of one buffered CK).
+_.records_read  # StorePopState: records its replays read (a second call reads only new ones)
+_.fallbacks  # BrokerAdmin: batch scans served by ScanReviveLog (an older broker)
+_.bulk_decodable  # revivecolumns: how many records took the bulk path (else the bulk/
+#                   per-record equivalence test would prove nothing)
 _.dead_lettered
 _.delayed_delivered
 _.failed_tasks

@@ -85,7 +85,10 @@ def _mode_row(mode: models.ConsumeModeSetting) -> Row:
 
 
 def _offsets_row(queue: models.QueueOffsets, now_ms: int) -> Row:
+    """Lag as the audit measures it (``QueueOffsets.lag_messages``): none, shown ``-``, on a
+    queue the group never committed; ``oldest_store_ms`` is the broker's answer as is."""
     oldest = queue.oldest_unconsumed_store_time_ms
+    lag_ms = None if oldest is None or queue.lag_messages is None else max(0, now_ms - oldest)
     return {
         "topic": queue.topic,
         "queue": queue.queue_id,
@@ -93,7 +96,7 @@ def _offsets_row(queue: models.QueueOffsets, now_ms: int) -> Row:
         "max": queue.max_queue_offset,
         "committed": queue.committed_queue_offset,
         "lag": queue.lag_messages,
-        "lag_ms": None if oldest is None else max(0, now_ms - oldest),
+        "lag_ms": lag_ms,
         "in_flight": queue.in_flight_messages,
         "oldest_store_ms": oldest,
     }

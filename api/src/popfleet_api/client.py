@@ -17,6 +17,11 @@ Behaviour callers rely on:
   this broker; an unreachable broker is :class:`~popfleet_api.errors.Unavailable`;
 * answers are :mod:`popfleet_api.models` values, never protobuf messages;
 * scans yield pages; a caller that stops early (``break``) cancels the stream;
+* ``scan_revive_log_batches`` yields the revive log as Arrow record batches
+  (:mod:`popfleet_api.revivebatches`, needs ``pyarrow``) from ``ScanReviveLogBatches``;
+  a broker that predates that RPC (UNIMPLEMENTED) or sends a batch format this client
+  does not know gets ``ScanReviveLog`` instead, from where the batches stopped, and
+  the client builds the same batches from its records. ``fallbacks`` counts those;
 * ``topics(names=...)`` and ``groups(names=...)`` answer only the named objects
   (unknown names are absent; an empty ``names`` answers ``[]`` without a call).
   A broker that predates the request's ``names`` field answers everything; the
@@ -36,11 +41,16 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from popfleet_api import convert, errors, models
+
+if TYPE_CHECKING:
+    from popfleet_api import revivebatches
 from popfleet_api.admin.v1 import admin_pb2 as pb
 from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
 
 if TYPE_CHECKING:
     from popfleet_api.admin.v1.admin_pb2_grpc import BrokerAdminAsyncStub
+
+FALLBACK_PAGE_SIZE = 1024  # ScanReviveLog's largest page, for the batch fallback
 
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_SCAN_TIMEOUT_S = 300.0
@@ -142,6 +152,17 @@ class BrokerAdminApi(Protocol):
         max_records: int = 0,
     ) -> AsyncIterator[models.ReviveLogPage]: ...
 
+    def scan_revive_log_batches(
+        self,
+        revive_queue_id: int,
+        *,
+        from_queue_offset: int = 0,
+        batch_records: int = 0,
+        max_records: int = 0,
+    ) -> AsyncIterator[revivebatches.ReviveLogBatch]:
+        """The revive log as Arrow batches, whatever the broker's version (module docstring)."""
+        ...
+
     def scan_offsets(
         self,
         *,
@@ -188,6 +209,7 @@ class BrokerAdmin:
         self._channel = grpc.aio.insecure_channel(target, options=channel_options(proxy))
         self._stub: BrokerAdminAsyncStub = pb_grpc.BrokerAdminStub(self._channel)  # type: ignore[assignment]
         self._health = health_pb2_grpc.HealthStub(self._channel)
+        self.fallbacks = 0  # batch scans served by ScanReviveLog (an older broker)
 
     @property
     def target(self) -> str:
@@ -344,6 +366,60 @@ class BrokerAdmin:
         )
         async for page in self._stream(call):
             yield convert.revive_log_page_from_pb(page)
+
+    async def scan_revive_log_batches(
+        self,
+        revive_queue_id: int,
+        *,
+        from_queue_offset: int = 0,
+        batch_records: int = 0,
+        max_records: int = 0,
+    ) -> AsyncIterator[revivebatches.ReviveLogBatch]:
+        from popfleet_api import revivebatches  # noqa: PLC0415 - pyarrow only for batch readers
+
+        with convert.refusing_bad_values("revive log batch scan"):
+            request = pb.ScanReviveLogBatchesRequest(
+                revive_queue_id=revive_queue_id,
+                from_queue_offset=from_queue_offset,
+                batch_records=batch_records,
+                max_records=max_records,
+            )
+        position, left = from_queue_offset, max_records
+        call = self._stub.ScanReviveLogBatches(
+            request, timeout=self._scan_timeout_s, metadata=self._metadata
+        )
+        try:
+            async for message in self._stream(call):
+                if message.format != pb.REVIVE_BATCH_FORMAT_ARROW_IPC_V1:
+                    break  # a format we do not know: read the rest record by record
+                batch = convert.revive_log_batch_from_pb(message, target=self._target)
+                position = batch.next_queue_offset
+                if max_records:
+                    left -= batch.records.num_rows
+                yield batch
+            else:
+                return
+        except errors.Unimplemented:
+            pass  # an older broker: read record by record
+        finally:
+            call.cancel()
+        if max_records and left <= 0:
+            return
+        self.fallbacks += 1
+        async for page in self.scan_revive_log(
+            revive_queue_id,
+            from_queue_offset=position,
+            page_size=FALLBACK_PAGE_SIZE,
+            max_records=left if max_records else 0,
+        ):
+            yield revivebatches.ReviveLogBatch(
+                revive_queue_id=page.revive_queue_id,
+                records=revivebatches.batch_from_records(page.records),
+                next_queue_offset=page.next_queue_offset,
+                min_queue_offset=page.min_queue_offset,
+                max_queue_offset=page.max_queue_offset,
+                end_of_log=page.end_of_log,
+            )
 
     async def scan_offsets(
         self,

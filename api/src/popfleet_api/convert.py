@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import enum
 from collections.abc import Iterator, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from popfleet_api import errors, models
 from popfleet_api.admin.v1 import admin_pb2 as pb
@@ -335,6 +335,27 @@ def revive_log_page_from_pb(message: pb.ReviveLogPage) -> models.ReviveLogPage:
     return models.ReviveLogPage(
         revive_queue_id=message.revive_queue_id,
         records=tuple(revive_record_from_pb(r) for r in message.records),
+        next_queue_offset=message.next_queue_offset,
+        min_queue_offset=message.min_queue_offset,
+        max_queue_offset=message.max_queue_offset,
+        end_of_log=message.end_of_log,
+    )
+
+
+def revive_log_batch_from_pb(message: pb.ReviveLogBatch, *, target: str) -> Any:
+    """A ``ReviveLogBatch`` of format ARROW_IPC_V1 as a ``revivebatches.ReviveLogBatch``.
+
+    Bytes that are not such a batch raise :class:`~popfleet_api.errors.DataLoss`.
+    """
+    from popfleet_api import revivebatches  # noqa: PLC0415 - pyarrow only for batch readers
+
+    try:
+        records = revivebatches.from_ipc(message.arrow_ipc, record_count=message.record_count)
+    except revivebatches.BatchFormatError as exc:
+        raise errors.DataLoss(f"revive log batch: {exc}", target=target) from None
+    return revivebatches.ReviveLogBatch(
+        revive_queue_id=message.revive_queue_id,
+        records=records,
         next_queue_offset=message.next_queue_offset,
         min_queue_offset=message.min_queue_offset,
         max_queue_offset=message.max_queue_offset,

@@ -187,8 +187,26 @@ class QueueOffsets:
     retry_of: str = ""
 
     @property
-    def lag_messages(self) -> int:
-        """Messages not yet committed past: from the committed offset (or min) to max."""
+    def lag_messages(self) -> int | None:
+        """Consumer lag: ``max - max(committed, min)``, never negative; ``None`` (unknown, left
+        out of sums) when the group never committed on the queue.
+
+        The one lag definition of popfleet (the audit, the CLI, the docs), Burrow's and
+        kafka-lag-exporter's: lag exists only where the group has committed an offset.
+        """
+        if self.committed_queue_offset is None:
+            return None
+        return max(
+            0, self.max_queue_offset - max(self.min_queue_offset, self.committed_queue_offset)
+        )
+
+    @property
+    def unconsumed_messages(self) -> int:
+        """Messages from the committed offset (or min, when never committed) to max.
+
+        Not lag: what deleting the group or topic, or removing the broker, would leave
+        unread -- the operator's deliberately cautious backlog that makes those wait.
+        """
         start = self.min_queue_offset
         if self.committed_queue_offset is not None:
             start = max(start, self.committed_queue_offset)

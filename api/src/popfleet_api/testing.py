@@ -29,8 +29,12 @@ import re
 import secrets
 from collections.abc import AsyncIterator, Collection, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from popfleet_api import errors, models
+
+if TYPE_CHECKING:
+    from popfleet_api import revivebatches
 
 NAME_PATTERN = re.compile(r"[%a-zA-Z0-9_-]{1,127}")
 RESERVED_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_")
@@ -354,6 +358,31 @@ class InMemoryBrokerAdmin:
             yield models.ReviveLogPage(revive_queue_id, chunk, position, 0, len(log), end)
             if end or not chunk or remaining == 0:
                 return
+
+    async def scan_revive_log_batches(
+        self,
+        revive_queue_id: int,
+        *,
+        from_queue_offset: int = 0,
+        batch_records: int = 0,
+        max_records: int = 0,
+    ) -> AsyncIterator[revivebatches.ReviveLogBatch]:
+        from popfleet_api import revivebatches  # noqa: PLC0415 - pyarrow only for batch readers
+
+        async for page in self.scan_revive_log(
+            revive_queue_id,
+            from_queue_offset=from_queue_offset,
+            page_size=min(batch_records or 1024, 1024),
+            max_records=max_records,
+        ):
+            yield revivebatches.ReviveLogBatch(
+                revive_queue_id=page.revive_queue_id,
+                records=revivebatches.batch_from_records(page.records),
+                next_queue_offset=page.next_queue_offset,
+                min_queue_offset=page.min_queue_offset,
+                max_queue_offset=page.max_queue_offset,
+                end_of_log=page.end_of_log,
+            )
 
     async def scan_offsets(
         self,

@@ -49,97 +49,132 @@ AGE_BUCKETS_MS: tuple[tuple[str, int | None], ...] = (
 )
 
 
-def checkpoints(revive_log: DataFrame) -> DataFrame:
-    """One row per distinct CK key: position, revive time, offsets, bitmap (steps 1)."""
+def per_checkpoint_key(revive_log: DataFrame) -> DataFrame:
+    """One row per CK key: its CKs merged (step 1) and its ACK records collected.
+
+    One aggregation over the log, so the log is shuffled once, and after Spark's
+    map-side partial aggregation (a CK and its ACKs live in the same revive queue, so
+    in the same input partition) about one row per key crosses it. A key with ACKs
+    but no CK has a null ``ck_position`` (orphan acks).
+    """
+    is_ck = sf.col("kind") == "CHECKPOINT"
+    is_ack = sf.col("kind").isin("ACK", "BATCH_ACK")
+    ack = sf.struct(
+        sf.col("queue_offset").alias("position"), sf.col("queue_offsets").alias("offsets")
+    )
     return (
-        revive_log.filter(sf.col("kind") == "CHECKPOINT")
+        revive_log.filter(is_ck | is_ack)
         .groupBy(*CK_KEY)
         .agg(
-            sf.min("queue_offset").alias("ck_position"),
-            sf.min("revive_time_ms").alias("revive_time_ms"),
-            sf.first("queue_offsets").alias("queue_offsets"),
-            sf.bit_or("ack_bitmap").alias("ack_bitmap"),
-            sf.count(sf.lit(1)).alias("ck_records"),
-            sf.max("broker_now_ms").alias("broker_now_ms"),
+            sf.min(sf.when(is_ck, sf.col("queue_offset"))).alias("ck_position"),
+            sf.min(sf.when(is_ck, sf.col("revive_time_ms"))).alias("revive_time_ms"),
+            sf.first(sf.when(is_ck, sf.col("queue_offsets")), ignorenulls=True).alias(
+                "queue_offsets"
+            ),
+            sf.bit_or(sf.when(is_ck, sf.col("ack_bitmap"))).alias("ack_bitmap"),
+            sf.max(sf.when(is_ck, sf.col("broker_now_ms"))).alias("broker_now_ms"),
+            sf.collect_list(sf.when(is_ack, ack)).alias("acks"),
         )
     )
 
 
-def ack_entries(revive_log: DataFrame) -> DataFrame:
-    """One row per (ACK record, acked offset)."""
-    return revive_log.filter(sf.col("kind").isin("ACK", "BATCH_ACK")).select(
-        *CK_KEY,
-        sf.col("queue_offset").alias("ack_position"),
-        sf.explode("queue_offsets").alias("message_queue_offset"),
+def _count(items: Column) -> Column:
+    return sf.coalesce(sf.size(items), sf.lit(0))
+
+
+def _ack_offsets_after(ck_position: Column) -> Column:
+    """Per CK key: the queue offsets of every ACK entry recorded after the CK (step 2),
+    one array, computed once per key rather than per message."""
+    after = sf.filter(
+        sf.col("acks"), lambda a: (a["position"] > ck_position) & a["offsets"].isNotNull()
     )
+    return sf.flatten(sf.transform(after, lambda a: a["offsets"]))
 
 
 def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms: int) -> DataFrame:
-    """One row per message of every unresolved CK: acked, overdue, age (steps 1-5)."""
-    cks = checkpoints(revive_log)
-    messages = cks.select(
-        *CK_KEY,
-        "ck_position",
-        "revive_time_ms",
-        "broker_now_ms",
-        sf.posexplode("queue_offsets").alias("bit", "message_queue_offset"),
-        "ack_bitmap",
-    ).withColumn("acked_in_ck", sf.expr("(shiftright(ack_bitmap, bit) & 1) = 1"))
-    acks = ack_entries(revive_log).alias("a")
-    joined = messages.alias("m").join(
-        acks,
-        on=[sf.col(f"m.{k}").eqNullSafe(sf.col(f"a.{k}")) for k in CK_KEY]
-        + [
-            sf.col("m.message_queue_offset") == sf.col("a.message_queue_offset"),
-            sf.col("a.ack_position") > sf.col("m.ck_position"),
-        ],
-        how="left",
-    )
-    per_message = joined.groupBy(
-        *[sf.col(f"m.{k}").alias(k) for k in CK_KEY],
-        sf.col("m.ck_position").alias("ck_position"),
-        sf.col("m.revive_time_ms").alias("revive_time_ms"),
-        sf.col("m.broker_now_ms").alias("broker_now_ms"),
-        sf.col("m.message_queue_offset").alias("message_queue_offset"),
-        sf.col("m.acked_in_ck").alias("acked_in_ck"),
-    ).agg(sf.count("a.ack_position").alias("ack_records"))
+    """One row per message of every unresolved CK: acked, overdue, age (steps 1-5).
+
+    No join of messages with ACK entries: each CK key's ACK records travel with it
+    (:func:`per_checkpoint_key`), and the few revive-queue rows are broadcast, so the
+    per-message rows keep the key's partitioning (the per-CK aggregations after this one
+    need no further shuffle of the log).
+    """
     progress = revive_queues.select(
         "broker_name",
         "revive_queue_id",
         sf.coalesce("revive_queue_offset", "min_queue_offset").alias("progress_queue_offset"),
     )
-    return (
-        per_message.join(progress, on=["broker_name", "revive_queue_id"], how="left")
+    keys = (
+        per_checkpoint_key(revive_log)
+        .filter(sf.col("ck_position").isNotNull())
+        .join(sf.broadcast(progress), on=["broker_name", "revive_queue_id"], how="left")
         .filter(
             sf.col("progress_queue_offset").isNull()
             | (sf.col("ck_position") >= sf.col("progress_queue_offset"))
         )
-        .select(
-            *CK_KEY,
-            "ck_position",
-            "message_queue_offset",
-            (sf.col("acked_in_ck") | (sf.col("ack_records") > 0)).alias("acked"),
-            (
-                sf.col("ack_records")
-                - sf.when(sf.col("acked_in_ck"), 0).otherwise(
-                    sf.least(sf.col("ack_records"), sf.lit(1))
-                )
-            ).alias("duplicate_acks"),
-            (sf.col("revive_time_ms") + sf.lit(grace_ms) < sf.col("broker_now_ms")).alias(
-                "overdue"
-            ),
-            (sf.col("broker_now_ms") - sf.col("pop_time_ms")).alias("age_ms"),
-            "revive_time_ms",
-        )
+    )
+    messages = keys.select(
+        *CK_KEY,
+        "ck_position",
+        "revive_time_ms",
+        "broker_now_ms",
+        _ack_offsets_after(sf.col("ck_position")).alias("ack_offsets"),
+        sf.posexplode("queue_offsets").alias("bit", "message_queue_offset"),
+        "ack_bitmap",
+    )
+    acked_in_ck = sf.expr("(shiftright(ack_bitmap, bit) & 1) = 1")
+    # ACK entries for this message: occurrences of its offset (array_remove drops them all).
+    ack_records = (
+        sf.size("ack_offsets")
+        - sf.size(sf.array_remove("ack_offsets", sf.col("message_queue_offset")))
+    ).cast("long")
+    return messages.select(
+        *CK_KEY,
+        "ck_position",
+        "message_queue_offset",
+        (acked_in_ck | (ack_records > 0)).alias("acked"),
+        (ack_records - sf.when(acked_in_ck, 0).otherwise(sf.least(ack_records, sf.lit(1)))).alias(
+            "duplicate_acks"
+        ),
+        (sf.col("revive_time_ms") + sf.lit(grace_ms) < sf.col("broker_now_ms")).alias("overdue"),
+        (sf.col("broker_now_ms") - sf.col("pop_time_ms")).alias("age_ms"),
+        "revive_time_ms",
     )
 
 
 def orphan_acks(revive_log: DataFrame) -> DataFrame:
-    """Per (broker_name, group): ACK entries matching no CK of the scan, at or before them."""
-    cks = checkpoints(revive_log).select(*CK_KEY, "ck_position", "queue_offsets")
-    acks = ack_entries(revive_log)
-    matched = acks.join(cks, on=[acks[k].eqNullSafe(cks[k]) for k in CK_KEY], how="left_anti")
-    return matched.groupBy("broker_name", "group").agg(sf.count(sf.lit(1)).alias("orphan_acks"))
+    """Per (broker_name, group): ACK entries matching no CK of the scan, at or before them.
+
+    A key without a CK has every CK-side aggregate null; testing all of them (not only
+    ``ck_position``) says the same and keeps the optimizer from pruning them, so the
+    aggregation below is the one :func:`message_states` runs and Spark reuses its
+    exchange (``ReusedExchange``) instead of shuffling the log a second time.
+    """
+    entries = sf.aggregate(sf.col("acks"), sf.lit(0), lambda total, a: total + _count(a["offsets"]))
+    no_checkpoint = sf.col("ck_position").isNull()
+    for column in ("revive_time_ms", "queue_offsets", "ack_bitmap", "broker_now_ms"):
+        no_checkpoint = no_checkpoint & sf.col(column).isNull()
+    return (
+        per_checkpoint_key(revive_log)
+        .filter(no_checkpoint)
+        .groupBy("broker_name", "group")
+        .agg(sf.sum(entries).cast("long").alias("orphan_acks"))
+    )
+
+
+def _per_checkpoint(states: DataFrame) -> DataFrame:
+    """One row per CK key of ``states``: un-acked messages, overdue, age, duplicate acks.
+
+    The keys of a CK share its revive time, clock and pop time, so ``overdue`` and
+    ``age_ms`` are the CK's. Grouping by the key is what ``states`` is already
+    partitioned by when it comes from :func:`message_states`: no shuffle.
+    """
+    return states.groupBy(*CK_KEY).agg(
+        sf.sum(sf.when(~sf.col("acked"), 1).otherwise(0)).alias("unacked"),
+        sf.max("overdue").alias("overdue"),
+        sf.max("age_ms").alias("age_ms"),
+        sf.sum("duplicate_acks").alias("duplicate_acks"),
+    )
 
 
 def _age_bucket_sums(unacked: Column) -> list[Column]:
@@ -149,28 +184,32 @@ def _age_bucket_sums(unacked: Column) -> list[Column]:
         if upper is not None:
             in_bucket = in_bucket & (sf.col("age_ms") < upper)
             lower = upper
-        sums.append(sf.sum(sf.when(unacked & in_bucket, 1).otherwise(0)).cast("long").alias(name))
+        sums.append(sf.sum(sf.when(in_bucket, unacked).otherwise(0)).cast("long").alias(name))
     return sums
 
 
 def group_backlog(states: DataFrame, group_retry: DataFrame, orphans: DataFrame) -> DataFrame:
     """Per (broker_name, group): backlog, overdue, ages, retry and DLQ depths, odd acks."""
-    unacked = ~sf.col("acked")
-    ck_id = sf.concat_ws("\u0000", *[sf.col(k).cast("string") for k in CK_KEY])
-    per_group = states.groupBy("broker_name", "group").agg(
-        sf.count_distinct(sf.when(unacked, ck_id)).cast("long").alias("unacked_checkpoints"),
-        sf.sum(sf.when(unacked, 1).otherwise(0)).cast("long").alias("unacked_messages"),
-        sf.count_distinct(sf.when(unacked & sf.col("overdue"), ck_id))
-        .cast("long")
-        .alias("overdue_checkpoints"),
-        sf.sum(sf.when(unacked & sf.col("overdue"), 1).otherwise(0))
-        .cast("long")
-        .alias("overdue_messages"),
-        sf.coalesce(sf.max(sf.when(unacked, sf.col("age_ms"))), sf.lit(0))
-        .cast("long")
-        .alias("oldest_unacked_age_ms"),
-        *_age_bucket_sums(unacked),
-        sf.sum("duplicate_acks").cast("long").alias("duplicate_acks"),
+    unacked = sf.col("unacked")
+    pending = unacked > 0
+    per_group = (
+        _per_checkpoint(states)
+        .groupBy("broker_name", "group")
+        .agg(
+            sf.count(sf.when(pending, 1)).cast("long").alias("unacked_checkpoints"),
+            sf.sum(unacked).cast("long").alias("unacked_messages"),
+            sf.count(sf.when(pending & sf.col("overdue"), 1))
+            .cast("long")
+            .alias("overdue_checkpoints"),
+            sf.sum(sf.when(sf.col("overdue"), unacked).otherwise(0))
+            .cast("long")
+            .alias("overdue_messages"),
+            sf.coalesce(sf.max(sf.when(pending, sf.col("age_ms"))), sf.lit(0))
+            .cast("long")
+            .alias("oldest_unacked_age_ms"),
+            *_age_bucket_sums(unacked),
+            sf.sum("duplicate_acks").cast("long").alias("duplicate_acks"),
+        )
     )
     retry = group_retry.select("broker_name", "group", "retry_messages", "dlq_messages")
     counts = [
@@ -202,13 +241,16 @@ def group_totals(backlog: DataFrame) -> DataFrame:
 
 def revive_queue_report(revive_queues: DataFrame, states: DataFrame) -> DataFrame:
     """Per (broker_name, revive queue): bounds, progress, revive lag, backlog and overdue CKs."""
-    ck_id = sf.concat_ws("\u0000", *[sf.col(k).cast("string") for k in CK_KEY])
-    unacked = ~sf.col("acked")
-    per_queue = states.groupBy("broker_name", "revive_queue_id").agg(
-        sf.count_distinct(sf.when(unacked, ck_id)).cast("long").alias("backlog_checkpoints"),
-        sf.count_distinct(sf.when(unacked & sf.col("overdue"), ck_id))
-        .cast("long")
-        .alias("overdue_checkpoints"),
+    pending = sf.col("unacked") > 0
+    per_queue = (
+        _per_checkpoint(states)
+        .groupBy("broker_name", "revive_queue_id")
+        .agg(
+            sf.count(sf.when(pending, 1)).cast("long").alias("backlog_checkpoints"),
+            sf.count(sf.when(pending & sf.col("overdue"), 1))
+            .cast("long")
+            .alias("overdue_checkpoints"),
+        )
     )
     return revive_queues.join(per_queue, on=["broker_name", "revive_queue_id"], how="left").select(
         "broker_name",

@@ -7,6 +7,7 @@
         .option("startPositions", '{"broker-0/0": 1200}')          # revive_log, optional
         .option("endPositions", '{"broker-0/0": 5000}')            # revive_log, optional
         .option("from", "progress")               # revive_log without a start: progress|earliest
+        .option("transfer", "batches")            # revive_log: batches (Arrow) | records
         .load()
 
 Partitions (so executors read brokers in parallel): ``revive_log`` has one per
@@ -26,6 +27,12 @@ scan, where
 the end positions it read to (its next run starts there). Position keys are
 ``<broker name>/<revive queue id>``: broker names are stable, endpoints not.
 Bad options raise :class:`DataSourceOptionError` before any partition is read.
+
+``transfer`` says how a revive-log partition travels: ``batches`` (the default)
+reads Arrow record batches (``ScanReviveLogBatches``, or the client's fallback
+for an older broker) and hands them to Spark as they are; ``records`` is the
+older path, a Python tuple per record from ``ScanReviveLog`` (kept to compare
+and measure, ``bench/audit_throughput.py``).
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
@@ -42,6 +50,7 @@ from popfleet_audit import fleetscan, schemas
 from popfleet_audit.fleetscan import ReviveQueueBounds, ScanRow
 
 FROM_CHOICES = ("progress", "earliest")
+TRANSFER_CHOICES = ("batches", "records")
 
 
 class DataSourceOptionError(ValueError):
@@ -149,6 +158,11 @@ class PopfleetReader(DataSourceReader):
         self._from = options.get("from", "progress")
         if self._from not in FROM_CHOICES:
             raise DataSourceOptionError(f"from: {self._from!r} (want one of {FROM_CHOICES})")
+        self._transfer = options.get("transfer", "batches")
+        if self._transfer not in TRANSFER_CHOICES:
+            raise DataSourceOptionError(
+                f"transfer: {self._transfer!r} (want one of {TRANSFER_CHOICES})"
+            )
 
     def partitions(self) -> Sequence[InputPartition]:
         if self._table != "revive_log":
@@ -161,10 +175,15 @@ class PopfleetReader(DataSourceReader):
             start_from=self._from,
         )
 
-    def read(self, partition: InputPartition) -> Iterator[ScanRow]:
+    def read(self, partition: InputPartition) -> Iterator[ScanRow] | Iterator[Any]:
         token = read_token(self._token_file)
         if isinstance(partition, ReviveLogPartition):
-            yield from fleetscan.stream_revive_log(
+            stream = (
+                fleetscan.stream_revive_log_batches
+                if self._transfer == "batches"
+                else fleetscan.stream_revive_log
+            )
+            yield from stream(
                 partition.bounds,
                 start_queue_offset=partition.start_queue_offset,
                 end_queue_offset=partition.end_queue_offset,

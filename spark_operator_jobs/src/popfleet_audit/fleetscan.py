@@ -6,7 +6,14 @@ and **streams**: :func:`stream_revive_log` and :func:`stream_offsets` drive the
 client's async page iterator one page at a time, so an executor holds one page,
 never a whole revive queue.
 
-Rows are plain tuples in the column order of :mod:`popfleet_audit.schemas`.
+Revive-log partitions come as Arrow record batches in the column order and
+types of :data:`popfleet_audit.schemas.REVIVE_LOG` (:func:`stream_revive_log_batches`,
+thousands of records per batch from ``ScanReviveLogBatches``, converted with
+column operations, never a Python object per record); PySpark takes such batches
+from a data source as they are. :func:`stream_revive_log` is the older path, one
+tuple per record from ``ScanReviveLog`` (the data source's ``transfer=records``).
+The other tables' rows are plain tuples in the column order of
+:mod:`popfleet_audit.schemas` (a few per queue or group).
 """
 
 from __future__ import annotations
@@ -14,16 +21,24 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from functools import cache
+from typing import Any, TypeVar
 
-from popfleet_api import models
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from popfleet_api import models, revivebatches
 from popfleet_api.client import BrokerAdmin
+from popfleet_audit import schemas
 
 T = TypeVar("T")
 ScanRow = tuple[object, ...]
 _PAGE_SIZE = 1024
-# GetReviveStats replays the newest records of every revive queue on the broker: on a big
-# log and a busy broker it takes far longer than the client's 10 s default.
+_BATCH_RECORDS = 8192
+# GetReviveStats: a broker's first call replays the newest records of every revive queue (later
+# calls only what is new); on a big log and a busy broker that first call takes far longer than
+# the client's 10 s default.
 UNARY_TIMEOUT_S = 120.0
 SCAN_TIMEOUT_S = 3_600.0  # one revive queue of a big log, read a page at a time
 
@@ -124,6 +139,79 @@ def stream_revive_log(
             if record.queue_offset >= end_queue_offset:
                 return
             yield revive_row(bounds, record)
+
+
+@cache
+def revive_log_arrow_schema() -> Any:
+    """:data:`schemas.REVIVE_LOG` as the Arrow schema PySpark expects of a data source."""
+    return to_arrow_schema(schemas.REVIVE_LOG, timezone="UTC")
+
+
+def stream_revive_log_batches(
+    bounds: ReviveQueueBounds, *, start_queue_offset: int, end_queue_offset: int, token: str | None
+) -> Iterator[Any]:
+    """Records of one revive queue in ``[start, end)``, as REVIVE_LOG Arrow record batches."""
+    wanted = end_queue_offset - start_queue_offset
+    if wanted <= 0:
+        return
+    for batch in _drive(
+        bounds.broker,
+        token,
+        lambda admin: admin.scan_revive_log_batches(
+            bounds.revive_queue_id,
+            from_queue_offset=start_queue_offset,
+            batch_records=_BATCH_RECORDS,
+            max_records=wanted,
+        ),
+    ):
+        assert isinstance(batch, revivebatches.ReviveLogBatch)
+        records = batch.records
+        if records.num_rows and records.column("queue_offset")[-1].as_py() >= end_queue_offset:
+            records = records.filter(pc.less(records.column("queue_offset"), end_queue_offset))
+        if records.num_rows:
+            yield revive_log_batch(bounds, records)
+
+
+_KIND_NAMES = pa.array(revivebatches.KIND_NAMES, pa.string())
+
+
+def revive_log_batch(bounds: ReviveQueueBounds, records: Any) -> Any:
+    """Admin-API revive-log columns (``popfleet_api.revivebatches``) as a REVIVE_LOG batch.
+
+    The same values :func:`revive_row` gives record by record: the broker's endpoint,
+    name and clock on every row, kind names, and an ACK without a broker name carrying
+    the local broker's (upstream #8460).
+    """
+    rows = records.num_rows
+    kind = records.column("kind")
+    is_ack = pc.is_in(kind, pa.array([2, 3], pa.int8()))
+    broker_name = pa.scalar(bounds.broker_name, pa.string())
+    ck_broker = pc.if_else(
+        is_ack,
+        pc.coalesce(records.column("broker_name"), broker_name),
+        records.column("broker_name"),
+    )
+    offsets = records.column("queue_offset")
+    columns = [
+        pa.repeat(pa.scalar(bounds.broker, pa.string()), rows),
+        pa.repeat(broker_name, rows),
+        pa.repeat(pa.scalar(bounds.revive_queue_id, pa.int32()), rows),
+        offsets,
+        pc.add(offsets, 1),
+        records.column("store_timestamp_ms"),
+        pc.take(_KIND_NAMES, kind),
+        *(records.column(name) for name in _PASSED_THROUGH),
+        ck_broker,
+        records.column("reput_times"),
+        pa.repeat(pa.scalar(bounds.broker_now_ms, pa.int64()), rows),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=revive_log_arrow_schema())
+
+
+_PASSED_THROUGH = (
+    "tag", "topic", "group", "queue_id", "start_queue_offset", "pop_time_ms", "invisible_ms",
+    "revive_time_ms", "ack_bitmap", "queue_offsets",
+)  # fmt: skip
 
 
 def revive_row(bounds: ReviveQueueBounds, record: models.ReviveRecord) -> ScanRow:

@@ -3,7 +3,9 @@
 Input: the ``popfleet`` data source's ``offsets`` table (schemas.OFFSETS).
 
 * **message lag** = ``max - max(committed, min)``, never negative (a committed
-  offset below the retention min counts from the min);
+  offset below the retention min counts from the min). Only queues the group has
+  committed on have lag -- the offset table holds committed rows only -- as in
+  Burrow and kafka-lag-exporter (``QueueOffsets.lag_messages`` and the CLI agree);
 * **time lag** = the broker's clock minus the store time of the oldest
   unconsumed message (the one at the committed offset): the age of the oldest
   message the group has not got past. 0 when there is no lag. This reads the

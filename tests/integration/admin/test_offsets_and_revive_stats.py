@@ -42,7 +42,8 @@ async def test_offsets_per_queue_with_committed_in_flight_and_oldest(
         QueueOffsets("orders", 0, 0, 5, 2, 1, NOW_MS + 2_000),
         QueueOffsets("orders", 1, 0, 2, None, 0, NOW_MS + 5_000),
     )
-    assert [q.lag_messages for q in offsets.queues] == [3, 2]
+    assert [q.lag_messages for q in offsets.queues] == [3, None]  # queue 1: never committed
+    assert [q.unconsumed_messages for q in offsets.queues] == [3, 2]
 
 
 async def test_offsets_include_the_retry_topic_and_explicit_topics(

@@ -147,3 +147,22 @@ def test_revive_log_read_resumes_where_it_ended(spark: SparkSession, audited: Au
     assert len(whole) == sum(ends.values()) > 0
     assert sorted(first_half + second_half) == whole
     assert not set(first_half) & set(second_half)
+
+
+@pytest.mark.timeout(600)  # two reads through the data source on a loaded machine
+def test_arrow_batches_and_record_rows_read_the_same(spark: SparkSession, audited: Audited) -> None:
+    def read(transfer: str) -> list[tuple[object, ...]]:
+        frame = (
+            spark.read.format("popfleet")
+            .option("brokers", audited.target)
+            .option("table", "revive_log")
+            .option("from", "earliest")
+            .option("transfer", transfer)
+            .load()
+            .drop("broker_now_ms")  # the broker's clock when each read was planned
+        )
+        return sorted(tuple(row) for row in frame.collect())
+
+    batches = read("batches")
+    assert len(batches) > 0
+    assert batches == read("records")

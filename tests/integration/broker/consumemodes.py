@@ -126,8 +126,8 @@ def offsets(broker: BrokerProcess, *, group: str, topic: str) -> dict[int, model
 
 
 def lag_by_queue(broker: BrokerProcess, *, group: str, topic: str) -> dict[int, int]:
-    """The broker's lag (max - committed queue offset) per queue of ``topic``."""
-    return {q: o.lag_messages for q, o in offsets(broker, group=group, topic=topic).items()}
+    """Messages not consumed (max - committed queue offset, or min) per queue of ``topic``."""
+    return {q: o.unconsumed_messages for q, o in offsets(broker, group=group, topic=topic).items()}
 
 
 def wait_until_popping(broker: BrokerProcess, *, group: str, topic: str) -> None:

@@ -27,10 +27,11 @@ def test_admin_proto_is_registered_under_its_full_path_and_package() -> None:
         "GetOffsets",
         "GetReviveStats",
         "ScanReviveLog",
+        "ScanReviveLogBatches",
         "ScanOffsets",
     }
     streaming = {m.name for m in service.methods if m.server_streaming}
-    assert streaming == {"ScanReviveLog", "ScanOffsets"}
+    assert streaming == {"ScanReviveLog", "ScanReviveLogBatches", "ScanOffsets"}
 
 
 def test_rocketmq_admin_proto_and_store_proto_load_beside_ours() -> None:

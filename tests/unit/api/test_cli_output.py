@@ -7,7 +7,7 @@ import json
 from popfleet_api import cli, errors
 from popfleet_api.client import BrokerAdminApi
 from popfleet_api.cliformat import BrokerResult, Section, render_json, render_table
-from popfleet_api.models import Topic
+from popfleet_api.models import ConsumeMode, Group, Topic
 from popfleet_api.testing import InMemoryBrokerAdmin
 
 
@@ -103,3 +103,23 @@ async def test_offsets_rows_carry_lag_in_time() -> None:
             "oldest_store_ms": None,
         }
     ]
+
+
+async def test_a_queue_never_committed_has_no_lag() -> None:
+    """Burrow's and kafka-lag-exporter's rule, as the audit applies it: no commit, no lag."""
+    broker = InMemoryBrokerAdmin("a:1")
+    await broker.put_topic(Topic("orders", 2, 2))
+    await broker.put_group(Group("billing"))
+    await broker.set_consume_mode("billing", "orders", mode=ConsumeMode.POP)
+    broker.set_queue_bounds("orders", 0, low=0, high=10)
+    broker.set_queue_bounds("orders", 1, low=2, high=7)
+    broker.commit_offset(group="billing", topic="orders", queue_id=0, queue_offset=4)
+    args = cli.build_parser().parse_args(["--broker", "a:1", "offsets", "billing"])
+    [result] = await cli.run(["a:1"], cli._action(args), client_factory=lambda _: broker)
+    [section] = result.sections
+    assert [(row["queue"], row["committed"], row["lag"]) for row in section.rows] == [
+        (0, 4, 6),
+        (1, None, None),
+    ]
+    offsets = await broker.offsets("billing")
+    assert [q.unconsumed_messages for q in offsets.queues] == [6, 5]

@@ -74,7 +74,8 @@ def test_values_that_do_not_fit_are_refused_before_sending() -> None:
 def test_unset_optionals_become_none_not_zero() -> None:
     row = convert.queue_offsets_from_pb(pb.QueueOffsets(topic="t", queue_id=1, max_queue_offset=9))
     assert row == models.QueueOffsets("t", 1, 0, 9, None, None, None)
-    assert row.lag_messages == 9
+    assert row.lag_messages is None  # never committed: no lag (Burrow, kafka-lag-exporter)
+    assert row.unconsumed_messages == 9
     set_row = convert.queue_offsets_from_pb(
         pb.QueueOffsets(
             topic="t",

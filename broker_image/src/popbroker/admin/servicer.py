@@ -54,7 +54,7 @@ from popbroker.inspect import inspecting
 from popbroker.inspect.popstate import PopStateProvider
 from popbroker.metrics.admin import AdminMetrics
 from popbroker.store import names
-from popbroker.store.api import ConsumeModeConfig, GroupConfig, StoreApi, TopicConfig
+from popbroker.store.api import ConsumeModeConfig, GroupConfig, TopicConfig
 from popbroker.store.errors import StoreError
 from popfleet_api.admin.v1 import admin_pb2 as pb
 from popfleet_api.admin.v1 import admin_pb2_grpc as pb_grpc
@@ -67,8 +67,9 @@ _Resp = TypeVar("_Resp")
 _Self = TypeVar("_Self", bound="AdminServicer")
 
 
-class AdminStore(StoreApi, Protocol):
-    """The store as the admin API uses it: ``StoreApi`` plus O(1) reads of one object.
+class AdminStore(scanning.ColumnStore, Protocol):
+    """The store as the admin API uses it: ``StoreApi`` plus O(1) reads of one object and
+    bulk reads (``read_columns``).
 
     ``LocalStore`` is one: the admin server runs in the process that owns the store.
     """
@@ -424,6 +425,16 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
             self._store, cluster=info.cluster, request=request
         ):
             yield page
+
+    @_streaming
+    async def ScanReviveLogBatches(
+        self, request: pb.ScanReviveLogBatchesRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReviveLogBatch]:
+        info = await self._store.info()
+        async for batch in scanning.revive_log_batches(
+            self._store, cluster=info.cluster, request=request
+        ):
+            yield batch
 
     @_streaming
     async def ScanOffsets(

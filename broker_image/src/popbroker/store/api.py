@@ -124,6 +124,25 @@ class ReadStatus(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class MessageColumns:
+    """Messages of one queue read in bulk (``LocalStore.read_columns``): one list per field,
+    index ``i`` of every list is the same message, in queue-offset order."""
+
+    status: ReadStatus
+    queue_offsets: list[int]
+    store_timestamps_ms: list[int]
+    properties: list[dict[str, str]]
+    bodies: list[bytes]
+    next_queue_offset: int
+    min_queue_offset: int
+    max_queue_offset: int
+
+    def tags(self) -> list[str]:
+        """Each message's ``TAGS`` property ("" when it has none)."""
+        return [p.get(PROPERTY_TAGS, "") for p in self.properties]
+
+
+@dataclass(frozen=True, slots=True)
 class ReadResult:
     """Messages read and where the next read of this queue should start.
 

@@ -141,9 +141,13 @@ class CommitLog:
 
     def read(self, physical_offset: int, size: int) -> fmt.Record:
         """Read and verify one record; ``CorruptStore`` if it fails verification."""
+        return fmt.Record(*self.read_fields(physical_offset, size))
+
+    def read_fields(self, physical_offset: int, size: int) -> fmt.RecordFields:
+        """:meth:`read` as a tuple in ``Record``'s field order (bulk readers)."""
         raw = self.file.read(physical_offset, size)
         try:
-            return fmt.decode_record(raw, expected_physical_offset=physical_offset)
+            return fmt.decode_fields(raw, expected_physical_offset=physical_offset)
         except fmt.FormatError as exc:
             raise CorruptStore(
                 f"commit log record at physical offset {physical_offset} is damaged: {exc}"

@@ -69,15 +69,22 @@ class ConsumeQueue:
 
     def entries(self, queue_offset: int, count: int) -> list[Entry]:
         """Up to ``count`` entries from ``queue_offset`` (fewer at a file end or the tail)."""
-        result: list[Entry] = []
+        return [
+            Entry(queue_offset + i, physical, size, hashed)
+            for i, (physical, size, hashed) in enumerate(self.raw_entries(queue_offset, count))
+        ]
+
+    def raw_entries(self, queue_offset: int, count: int) -> list[tuple[int, int, int]]:
+        """:meth:`entries` as ``(physical_offset, size, tag_hash)`` tuples, consecutive from
+        ``queue_offset`` (bulk readers)."""
+        result: list[tuple[int, int, int]] = []
         while count > 0 and queue_offset < self.max_queue_offset:
             raw = self.file.read(queue_offset * fmt.CQ_ENTRY_SIZE, count * fmt.CQ_ENTRY_SIZE)
             usable = len(raw) // fmt.CQ_ENTRY_SIZE
             if usable == 0:
                 break
             view = memoryview(raw)[: usable * fmt.CQ_ENTRY_SIZE]
-            for i, (physical, size, hashed) in enumerate(fmt.CQ_ENTRY.iter_unpack(view)):
-                result.append(Entry(queue_offset + i, physical, size, hashed))
+            result.extend(fmt.CQ_ENTRY.iter_unpack(view))
             queue_offset += usable
             count -= usable
         return result

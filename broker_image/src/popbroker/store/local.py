@@ -68,6 +68,7 @@ from popbroker.store.api import (
     ConsumeModeConfig,
     FlushMode,
     GroupConfig,
+    MessageColumns,
     MessageToAppend,
     QueueBounds,
     ReadResult,
@@ -631,20 +632,13 @@ class LocalStore:
         hashes = parsed.hashes
         with self._lock:
             cq = self._cqs.get((topic, queue_id))
-            if cq is None:
-                config = self.metadata.topics.get(topic)
-                if config is None or not 0 <= queue_id < config.queue_nums:
-                    return ReadResult(ReadStatus.NO_SUCH_QUEUE, (), 0, 0, 0)
-                return ReadResult(ReadStatus.NO_MESSAGE_IN_QUEUE, (), 0, 0, 0)
-            low, high = cq.min_queue_offset, cq.max_queue_offset
-            if high == 0:
-                return ReadResult(ReadStatus.NO_MESSAGE_IN_QUEUE, (), 0, low, high)
-            if queue_offset < low:
-                return ReadResult(ReadStatus.OFFSET_TOO_SMALL, (), low, low, high)
-            if queue_offset == high:
-                return ReadResult(ReadStatus.OFFSET_OVERFLOW_ONE, (), queue_offset, low, high)
-            if queue_offset > high:
-                return ReadResult(ReadStatus.OFFSET_OVERFLOW_BADLY, (), high, low, high)
+            status, low, high = self._read_status_locked(
+                cq, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+            )
+            if status is not ReadStatus.FOUND or cq is None:
+                return ReadResult(
+                    status, (), _next_offset(status, queue_offset, low=low, high=high), low, high
+                )
             found: list[StoredMessage] = []
             next_offset = queue_offset
             scan_end = min(queue_offset + max_scan, high)
@@ -665,6 +659,66 @@ class LocalStore:
                         break
             status = ReadStatus.FOUND if found else ReadStatus.NO_MATCHED_MESSAGE
             return ReadResult(status, tuple(found), next_offset, low, high)
+
+    def read_columns(
+        self, topic: str, queue_id: int, queue_offset: int, *, max_count: int
+    ) -> MessageColumns:
+        """Up to ``max_count`` messages from ``queue_offset``, unfiltered, as columns.
+
+        :meth:`read_now` without a tag filter and without an object per message, for bulk
+        readers (the admin API's revive-log batches); every record is verified as there.
+        """
+        if not 1 <= max_count <= MAX_READ_COUNT:
+            raise InvalidArgument(f"max_count must be in 1..{MAX_READ_COUNT}")
+        offsets: list[int] = []
+        stored: list[int] = []
+        properties: list[dict[str, str]] = []
+        bodies: list[bytes] = []
+        with self._lock:
+            cq = self._cqs.get((topic, queue_id))
+            status, low, high = self._read_status_locked(
+                cq, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+            )
+            if status is not ReadStatus.FOUND or cq is None:
+                at = _next_offset(status, queue_offset, low=low, high=high)
+                return MessageColumns(status, [], [], [], [], at, low, high)
+            count = min(max_count, high - queue_offset)
+            for index, (physical, size, _) in enumerate(cq.raw_entries(queue_offset, count)):
+                fields = self.commitlog.read_fields(physical, size)
+                if fields[3] != queue_offset + index:
+                    raise CorruptStore(
+                        f"consume queue entry for queue offset {queue_offset + index} points at "
+                        f"physical offset {physical}, which holds {fields[8]} queue {fields[2]} "
+                        f"offset {fields[3]}"
+                    )
+                offsets.append(fields[3])
+                stored.append(fields[6])
+                properties.append(fields[10])
+                bodies.append(fields[11])
+        status = ReadStatus.FOUND if offsets else ReadStatus.NO_MATCHED_MESSAGE
+        return MessageColumns(
+            status, offsets, stored, properties, bodies, queue_offset + len(offsets), low, high
+        )
+
+    def _read_status_locked(
+        self, cq: ConsumeQueue | None, *, topic: str, queue_id: int, queue_offset: int
+    ) -> tuple[ReadStatus, int, int]:
+        """:meth:`read_now`'s answer before reading: FOUND when there is something to read."""
+        if cq is None:
+            config = self.metadata.topics.get(topic)
+            if config is None or not 0 <= queue_id < config.queue_nums:
+                return ReadStatus.NO_SUCH_QUEUE, 0, 0
+            return ReadStatus.NO_MESSAGE_IN_QUEUE, 0, 0
+        low, high = cq.min_queue_offset, cq.max_queue_offset
+        if high == 0:
+            return ReadStatus.NO_MESSAGE_IN_QUEUE, low, high
+        if queue_offset < low:
+            return ReadStatus.OFFSET_TOO_SMALL, low, high
+        if queue_offset == high:
+            return ReadStatus.OFFSET_OVERFLOW_ONE, low, high
+        if queue_offset > high:
+            return ReadStatus.OFFSET_OVERFLOW_BADLY, low, high
+        return ReadStatus.FOUND, low, high
 
     def _message_locked(self, entry: Entry) -> StoredMessage:
         record = self.commitlog.read(entry.physical_offset, entry.size)
@@ -864,3 +918,14 @@ class LocalStore:
                     row.group,
                     row.queue_offset,
                 )
+
+
+def _next_offset(status: ReadStatus, queue_offset: int, *, low: int, high: int) -> int:
+    """Where the next read should start after a read that found nothing to read."""
+    if status is ReadStatus.OFFSET_TOO_SMALL:
+        return low
+    if status is ReadStatus.OFFSET_OVERFLOW_ONE:
+        return queue_offset
+    if status is ReadStatus.OFFSET_OVERFLOW_BADLY:
+        return high
+    return 0  # no such queue, no message in the queue

@@ -242,7 +242,7 @@ async def delete_group(admins: Admins, name: str) -> dict[str, str]:
 
 def _backlog(offsets: models.GroupOffsets, topics: Sequence[str] = ()) -> int:
     return sum(
-        q.lag_messages + (q.in_flight_messages or 0)
+        q.unconsumed_messages + (q.in_flight_messages or 0)
         for q in offsets.queues
         if not topics or q.topic in topics or q.retry_of in topics
     )

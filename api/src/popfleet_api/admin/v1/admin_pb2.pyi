@@ -185,6 +185,29 @@ REVIVE_RECORD_KIND_MALFORMED: ReviveRecordKind.ValueType  # 5
 """unknown tag or a body that does not decode"""
 Global___ReviveRecordKind: _TypeAlias = ReviveRecordKind  # noqa: Y015
 
+class _ReviveBatchFormat:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ReviveBatchFormatEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ReviveBatchFormat.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    REVIVE_BATCH_FORMAT_UNSPECIFIED: _ReviveBatchFormat.ValueType  # 0
+    """not understood: read with ScanReviveLog instead"""
+    REVIVE_BATCH_FORMAT_ARROW_IPC_V1: _ReviveBatchFormat.ValueType  # 1
+    """`arrow_ipc` is an Arrow IPC stream (schema + one record batch) with the
+    columns of `popfleet_api.revivebatches` version 1.
+    """
+
+class ReviveBatchFormat(_ReviveBatchFormat, metaclass=_ReviveBatchFormatEnumTypeWrapper): ...
+
+REVIVE_BATCH_FORMAT_UNSPECIFIED: ReviveBatchFormat.ValueType  # 0
+"""not understood: read with ScanReviveLog instead"""
+REVIVE_BATCH_FORMAT_ARROW_IPC_V1: ReviveBatchFormat.ValueType  # 1
+"""`arrow_ipc` is an Arrow IPC stream (schema + one record batch) with the
+columns of `popfleet_api.revivebatches` version 1.
+"""
+Global___ReviveBatchFormat: _TypeAlias = ReviveBatchFormat  # noqa: Y015
+
 @_typing.final
 class GetBrokerInfoRequest(_message.Message):
     """---------------------------------------------------------------- broker info"""
@@ -1373,6 +1396,82 @@ class ReviveRecord(_message.Message):
     def WhichOneof(self, oneof_group: _WhichOneofArgType_body) -> _WhichOneofReturnType_body | None: ...
 
 Global___ReviveRecord: _TypeAlias = ReviveRecord  # noqa: Y015
+
+@_typing.final
+class ScanReviveLogBatchesRequest(_message.Message):
+    """---------------------------------------------------------------- revive log batches"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVIVE_QUEUE_ID_FIELD_NUMBER: _builtins.int
+    FROM_QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    BATCH_RECORDS_FIELD_NUMBER: _builtins.int
+    MAX_RECORDS_FIELD_NUMBER: _builtins.int
+    revive_queue_id: _builtins.int
+    from_queue_offset: _builtins.int
+    """Position to start at; below the queue's min (retention) the scan starts at min."""
+    batch_records: _builtins.int
+    """records per batch, 1..65536; 0 = 4096"""
+    max_records: _builtins.int
+    """stop after this many records; 0 = up to the end"""
+    def __init__(
+        self,
+        *,
+        revive_queue_id: _builtins.int = ...,
+        from_queue_offset: _builtins.int = ...,
+        batch_records: _builtins.int = ...,
+        max_records: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_records", b"batch_records", "from_queue_offset", b"from_queue_offset", "max_records", b"max_records", "revive_queue_id", b"revive_queue_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ScanReviveLogBatchesRequest: _TypeAlias = ScanReviveLogBatchesRequest  # noqa: Y015
+
+@_typing.final
+class ReviveLogBatch(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REVIVE_QUEUE_ID_FIELD_NUMBER: _builtins.int
+    FORMAT_FIELD_NUMBER: _builtins.int
+    ARROW_IPC_FIELD_NUMBER: _builtins.int
+    RECORD_COUNT_FIELD_NUMBER: _builtins.int
+    NEXT_QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    MIN_QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    MAX_QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
+    END_OF_LOG_FIELD_NUMBER: _builtins.int
+    revive_queue_id: _builtins.int
+    format: Global___ReviveBatchFormat.ValueType
+    arrow_ipc: _builtins.bytes
+    """empty when `record_count` is 0"""
+    record_count: _builtins.int
+    next_queue_offset: _builtins.int
+    """resume position after this batch"""
+    min_queue_offset: _builtins.int
+    max_queue_offset: _builtins.int
+    end_of_log: _builtins.bool
+    """the batch reached the end of the log"""
+    def __init__(
+        self,
+        *,
+        revive_queue_id: _builtins.int = ...,
+        format: Global___ReviveBatchFormat.ValueType = ...,
+        arrow_ipc: _builtins.bytes = ...,
+        record_count: _builtins.int = ...,
+        next_queue_offset: _builtins.int = ...,
+        min_queue_offset: _builtins.int = ...,
+        max_queue_offset: _builtins.int = ...,
+        end_of_log: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["arrow_ipc", b"arrow_ipc", "end_of_log", b"end_of_log", "format", b"format", "max_queue_offset", b"max_queue_offset", "min_queue_offset", b"min_queue_offset", "next_queue_offset", b"next_queue_offset", "record_count", b"record_count", "revive_queue_id", b"revive_queue_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReviveLogBatch: _TypeAlias = ReviveLogBatch  # noqa: Y015
 
 @_typing.final
 class ReviveLogPage(_message.Message):
