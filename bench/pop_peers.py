@@ -61,6 +61,10 @@ METRICS: tuple[summary.Metric, ...] = (
     ("redelivery_p50_ms", ("redelivery", "p50_ms")),
     ("redelivery_p99_ms", ("redelivery", "p99_ms")),
     ("redelivery_max_ms", ("redelivery", "max_ms")),
+    *(
+        (f"{phase}_cpu_us_per_msg", (phase, "cpu", "cpu_us_per_msg"))
+        for phase in ("produce", "pop_ack_1", "pop_ack_4", "end_to_end", "latency")
+    ),
 )
 KEYS = [key for key, _ in METRICS]
 OFFICIAL_METRICS: tuple[summary.Metric, ...] = (
