@@ -9,9 +9,10 @@ STAMP  := $(VENV)/.installed
 PKGS   := broker_image
 PYTEST_ARGS ?=
 
-# Component makefiles (testbed, operator, ...) may add to PKGS and TEST_PREREQS and define
-# their own targets.
+# Component makefiles (testbed, operator, ...) may add to PKGS, TEST_PREREQS and BENCH_PREREQS
+# and define their own targets.
 TEST_PREREQS :=
+BENCH_PREREQS :=
 -include mk/*.mk
 
 export PYTHONDONTWRITEBYTECODE := 1
@@ -53,7 +54,7 @@ test-unit: $(STAMP) ## unit tier only
 test-integration: $(STAMP) ## integration tier only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-bench: $(STAMP) peer-servers ## run the benchmarks; JSON lands in bench/results/
+bench: $(STAMP) $(BENCH_PREREQS) ## run the benchmarks; JSON lands in bench/results/
 	$(PY) -m pip install --quiet -r requirements/bench.txt
 	$(PY) -m bench.run
 

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from bench.peers import servers, workload
+from bench.peers import cpu, servers, summary, workload
 
 SYSTEMS = ("nats", "redis", "popfleet")
 PEERS = ("nats", "redis")
@@ -49,7 +49,7 @@ TOPICS = ("bench", "e2e", "lat", "redeliver", "official")
 GROUPS = ("g1", "g4", "ge2e", "glat", "gre", "gofficial")
 
 # (JSON key, path into one run's figures); throughput first, then latency-like.
-METRICS: tuple[tuple[str, tuple[str, str]], ...] = (
+METRICS: tuple[summary.Metric, ...] = (
     ("produce_msgs_per_s", ("produce", "msgs_per_s")),
     ("pop_ack_1_msgs_per_s", ("pop_ack_1", "msgs_per_s")),
     ("pop_ack_4_msgs_per_s", ("pop_ack_4", "msgs_per_s")),
@@ -61,8 +61,13 @@ METRICS: tuple[tuple[str, tuple[str, str]], ...] = (
     ("redelivery_p50_ms", ("redelivery", "p50_ms")),
     ("redelivery_p99_ms", ("redelivery", "p99_ms")),
     ("redelivery_max_ms", ("redelivery", "max_ms")),
+    *(
+        (f"{phase}_cpu_us_per_msg", (phase, "cpu", "cpu_us_per_msg"))
+        for phase in ("produce", "pop_ack_1", "pop_ack_4", "end_to_end", "latency")
+    ),
 )
-OFFICIAL_METRICS: tuple[tuple[str, tuple[str, str]], ...] = (
+KEYS = [key for key, _ in METRICS]
+OFFICIAL_METRICS: tuple[summary.Metric, ...] = (
     ("produce_msgs_per_s", ("produce", "msgs_per_s")),
     ("pop_ack_1_msgs_per_s", ("pop_ack_1", "msgs_per_s")),
 )
@@ -83,33 +88,48 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _measure(system: str, endpoint: str, args: argparse.Namespace) -> dict[str, Any]:
-    """The four phases against one running server; one run's figures."""
+def _measure(
+    system: str, endpoint: str, args: argparse.Namespace, roots: list[int]
+) -> dict[str, Any]:
+    """The four phases against one running server; one run's figures.
+
+    Each phase's figures carry the server's CPU (process tree of ``roots``) and the
+    load average around it (:mod:`bench.peers.cpu`).
+    """
 
     def spec(topic: str, group: str, **extra: Any) -> workload.Spec:
         return workload.Spec(system=system, endpoint=endpoint, topic=topic, group=group, **extra)
 
+    def metered(result: Any, before: cpu.Reading, count_key: str) -> dict[str, Any]:
+        figures: dict[str, Any] = result.as_json()
+        after = cpu.read(roots)
+        figures["cpu"] = cpu.window(before, after, int(figures.get(count_key) or 0))
+        return figures
+
     figures: dict[str, Any] = {}
+    before = cpu.read(roots)
     produced = workload.produce(spec("bench", "g1"), count=args.messages, cap_s=args.cap_s)
-    figures["produce"] = produced.as_json()
-    pop1 = workload.pop_ack(
-        spec("bench", "g1"), target=produced.count, consumers=1, cap_s=args.cap_s
-    )
-    figures["pop_ack_1"] = pop1.as_json()
-    figures["pop_ack_4"] = workload.pop_ack(
-        spec("bench", "g4"), target=produced.count, consumers=4, cap_s=args.cap_s
-    ).as_json()
+    figures["produce"] = metered(produced, before, "messages")
+    for consumers, group in ((1, "g1"), (4, "g4")):
+        before = cpu.read(roots)
+        popped = workload.pop_ack(
+            spec("bench", group), target=produced.count, consumers=consumers, cap_s=args.cap_s
+        )
+        figures[f"pop_ack_{consumers}"] = metered(popped, before, "messages")
+    before = cpu.read(roots)
     e2e = workload.end_to_end(spec("e2e", "ge2e"), count=args.messages, cap_s=args.cap_s)
-    figures["end_to_end"] = e2e.as_json()
+    figures["end_to_end"] = metered(e2e, before, "messages")
     rate = max(10.0, e2e.per_s / 2)
-    figures["latency"] = workload.latency(
-        spec("lat", "glat"), rate=rate, duration_s=args.latency_seconds
-    ).as_json()
-    figures["redelivery"] = workload.redelivery(
+    before = cpu.read(roots)
+    lat = workload.latency(spec("lat", "glat"), rate=rate, duration_s=args.latency_seconds)
+    figures["latency"] = metered(lat, before, "received")
+    before = cpu.read(roots)
+    redelivered = workload.redelivery(
         spec("redeliver", "gre", invisible_s=args.invisible_s, reclaim_poll_s=args.redis_poll_s),
         count=args.redelivery_messages,
         cap_s=args.invisible_s * 3 + 20,
-    ).as_json()
+    )
+    figures["redelivery"] = metered(redelivered, before, "returned")
     return figures
 
 
@@ -137,7 +157,7 @@ def _one_run(system: str, args: argparse.Namespace, binaries: servers.Binaries) 
                 work_dir, topics=[servers.PopfleetTopic(t) for t in TOPICS], groups=GROUPS
             )
         try:
-            figures = _measure(system, server.endpoint, args)
+            figures = _measure(system, server.endpoint, args, [server.pid])
             if system == "popfleet" and args.official_messages > 0:
                 figures["official_client"] = _measure_official(server.endpoint, args)
         except BaseException:
@@ -150,26 +170,6 @@ def _one_run(system: str, args: argparse.Namespace, binaries: servers.Binaries) 
                 print(f"warning: {system} PIDs still alive after stop: {left}", file=sys.stderr)
     figures["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
     return figures
-
-
-def _medians(
-    runs: list[dict[str, Any]], metrics: tuple[tuple[str, tuple[str, str]], ...]
-) -> dict[str, float]:
-    return {
-        key: round(workload.median_of([float(run[a][b]) for run in runs]), 3)
-        for key, (a, b) in metrics
-    }
-
-
-def _ratios(ours: dict[str, float], theirs: dict[str, float]) -> dict[str, float | None]:
-    return {
-        key: (round(ours[key] / theirs[key], 3) if theirs.get(key) else None) for key, _ in METRICS
-    }
-
-
-def _order(systems: list[str], run: int) -> list[str]:
-    shift = run % len(systems)
-    return systems[shift:] + systems[:shift]
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = [round(x, 2) for x in os.getloadavg()]
     started = time.monotonic()
     for run in range(args.runs):
-        for system in _order(measured, run):
+        for system in summary.rotation(measured, run):
             print(f"== run {run + 1}/{args.runs}: {system}", flush=True)
             figures = _one_run(system, args, binaries)
             runs[system].append(figures)
@@ -237,12 +237,15 @@ def main(argv: list[str] | None = None) -> int:
 
     results: dict[str, Any] = {}
     for system in measured:
-        entry: dict[str, Any] = {"runs": runs[system], "median": _medians(runs[system], METRICS)}
+        entry: dict[str, Any] = {
+            "runs": runs[system],
+            "median": summary.medians(runs[system], METRICS),
+        }
         official = [r["official_client"] for r in runs[system] if "official_client" in r]
         if official:
             entry["official_client"] = {
                 "runs": official,
-                "median": _medians(official, OFFICIAL_METRICS),
+                "median": summary.medians(official, OFFICIAL_METRICS),
             }
         results[system] = entry
     if "popfleet" in systems and popfleet_reason is not None:
@@ -252,8 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     if "popfleet" in measured:
         for peer in PEERS:
             if peer in measured:
-                ratios[f"popfleet/{peer}"] = _ratios(
-                    results["popfleet"]["median"], results[peer]["median"]
+                ratios[f"popfleet/{peer}"] = summary.ratios(
+                    results["popfleet"]["median"], results[peer]["median"], KEYS
                 )
     elif "popfleet" in systems:
         ratios = {f"popfleet/{peer}": NOT_MEASURED for peer in PEERS if peer in measured}
@@ -315,28 +318,24 @@ def _print_run(system: str, figures: dict[str, Any]) -> None:
 
 
 def _print_summary(results: dict[str, Any], ratios: dict[str, Any]) -> None:
+    def cells(values: dict[str, float | None], digits: int) -> str:
+        return "".join(
+            f"{values[k]:>20.{digits}f}" if values.get(k) is not None else f"{'-':>20}"
+            for k in KEYS
+        )
+
     print("\nmedians:")
-    keys = [key for key, _ in METRICS]
-    print(f"{'':<12}" + "".join(f"{k[:18]:>20}" for k in keys))
+    print(f"{'':<12}" + "".join(f"{k[:18]:>20}" for k in KEYS))
     for system, entry in results.items():
         if "median" not in entry:
             print(f"{system:<12}{entry.get('status', '')}")
             continue
-        print(f"{system:<12}" + "".join(f"{entry['median'][k]:>20.2f}" for k in keys))
+        print(f"{system:<12}" + cells(entry["median"], 2))
         if "official_client" in entry:
-            official = entry["official_client"]["median"]
-            print(
-                f"{'  official':<12}"
-                + "".join(f"{official[k]:>20.2f}" if k in official else f"{'':>20}" for k in keys)
-            )
+            print(f"{'  official':<12}" + cells(entry["official_client"]["median"], 2))
     for name, values in ratios.items():
         if isinstance(values, dict):
-            print(
-                f"{name:<12}"
-                + "".join(
-                    f"{values[k]:>20.3f}" if values[k] is not None else f"{'-':>20}" for k in keys
-                )
-            )
+            print(f"{name:<12}" + cells(values, 3))
 
 
 if __name__ == "__main__":

@@ -11,7 +11,12 @@ Invariants:
   ``stop_timeout_s``; children the server forked (Redis' AOF rewrite) are recorded
   before the stop and signalled by their own PIDs; nothing is found by name.
 
-Callers: :mod:`bench.peers.servers`, the smoke test in ``tests/integration/bench``.
+A server made of several processes (popfleet's three roles, RocketMQ's name
+server and proxy) is a :class:`ServerSet`: stopped in the reverse order of its
+start, its CPU read over all of its processes.
+
+Callers: :mod:`bench.peers.servers`, :mod:`bench.peers.rocketmq`, the smoke tests
+in ``tests/integration/bench``.
 """
 
 from __future__ import annotations
@@ -192,3 +197,36 @@ def _wait_ready(server: ServerProcess, ready: Callable[[int], bool], timeout_s: 
                 f"{server.name} not ready within {timeout_s} s:\n{server.log_tail()}"
             )
         time.sleep(POLL_S * 5)
+
+
+@dataclass
+class ServerSet:
+    """One system under test: its processes in start order and its client endpoint.
+
+    ``netns_pid`` names a process whose network namespace the clients must enter
+    (RocketMQ runs in a private one; see :mod:`bench.peers.rocketmq`), else None.
+    """
+
+    name: str
+    endpoint: str
+    processes: list[ServerProcess]
+    netns_pid: int | None = None
+
+    @classmethod
+    def of(cls, server: ServerProcess) -> ServerSet:
+        return cls(name=server.name, endpoint=server.endpoint, processes=[server])
+
+    def root_pids(self) -> list[int]:
+        return [p.pid for p in self.processes]
+
+    def stop(self, *, stop_timeout_s: float = 10.0) -> list[int]:
+        signalled: list[int] = []
+        for server in reversed(self.processes):
+            signalled.extend(server.stop(stop_timeout_s=stop_timeout_s))
+        return signalled
+
+    def alive_pids(self) -> list[int]:
+        return [p for server in self.processes for p in server.alive_pids()]
+
+    def log_tail(self, limit: int = 3000) -> str:
+        return "\n".join(f"-- {s.name}:\n{s.log_tail(limit)}" for s in self.processes)

@@ -21,6 +21,12 @@ started and stopped by PID through :mod:`bench.peers.procs`):
   (async flush, the default), with its topics and groups seeded into the data dir
   through the store API before it starts (the admin API is not built yet). Ready
   when the port file appears.
+* popfleet in the deployment shape (:func:`start_popfleet_roles`): the three role
+  processes of a broker pod, ``popbroker store --socket S``, ``popbroker popack
+  --store-socket S --listen 127.0.0.1:PORT`` and ``popbroker revive --store-socket
+  S``, meeting on a Unix socket in the work dir, seeded the same way. The store is
+  ready when its socket appears, popack when its port file does; revive has no
+  readiness signal in a pod either, so it only has to be running.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,6 +215,10 @@ async def _seed_popfleet(
         await store.close()
 
 
+def _popbroker_env() -> dict[str, str]:
+    return {**os.environ, "PYTHONUNBUFFERED": "1"}
+
+
 def start_popfleet(
     work_dir: Path, *, topics: Sequence[PopfleetTopic], groups: Sequence[str]
 ) -> procs.ServerProcess:
@@ -230,5 +240,53 @@ def start_popfleet(
         port=port,
         ready=lambda _port: port_file.exists(),
         ready_timeout_s=30.0,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env=_popbroker_env(),
+    )
+
+
+def start_popfleet_roles(
+    work_dir: Path, *, topics: Sequence[PopfleetTopic], groups: Sequence[str]
+) -> procs.ServerSet:
+    """popfleet as a broker pod runs it: store, popack and revive processes (module doc)."""
+    data_dir = work_dir / "data"
+    asyncio.run(_seed_popfleet(data_dir, topics, groups))
+    socket_path = work_dir / "store.sock"
+    port_file = work_dir / "port"
+    port = procs.free_port()
+    started: list[procs.ServerProcess] = []
+    roles: list[tuple[str, list[str], Callable[[int], bool], int]] = [
+        (
+            "store",
+            ["store", "--data-dir", str(data_dir), "--socket", str(socket_path)],
+            lambda _port: socket_path.exists(),
+            0,
+        ),
+        (
+            "popack",
+            ["popack", "--store-socket", str(socket_path),
+             "--listen", f"{procs.HOST}:{port}", "--port-file", str(port_file)],
+            lambda _port: port_file.exists(),
+            port,
+        ),
+        ("revive", ["revive", "--store-socket", str(socket_path)], lambda _port: True, 0),
+    ]  # fmt: skip
+    try:
+        for name, args, ready, role_port in roles:
+            started.append(
+                procs.start(
+                    f"popfleet-{name}",
+                    [*popbroker_argv(), *args],
+                    work_dir=work_dir,
+                    port=role_port,
+                    ready=ready,
+                    ready_timeout_s=30.0,
+                    env=_popbroker_env(),
+                )
+            )
+    except BaseException:
+        for server in reversed(started):
+            server.stop()
+        raise
+    return procs.ServerSet(
+        name="popfleet-roles", endpoint=f"{procs.HOST}:{port}", processes=started
     )

@@ -42,7 +42,6 @@ import importlib
 import math
 import multiprocessing
 import queue
-import statistics
 import struct
 import time
 import traceback
@@ -518,7 +517,3 @@ def redelivery(spec: Spec, *, count: int = 64, cap_s: float = 30.0) -> Redeliver
     [result] = run_workers([(_redeliver, (spec, count, cap_s))], timeout_s=cap_s + 60)
     lateness, early = result
     return Redelivery(spec.invisible_s, count, list(lateness), early)
-
-
-def median_of(values: Sequence[float]) -> float:
-    return float(statistics.median(values)) if values else 0.0

@@ -1,6 +1,7 @@
 """The peer benchmark's harness starts each server on loopback and leaves nothing running.
 
-Each server (NATS JetStream, Redis with AOF, ``popbroker all``) is started by
+Each server (NATS JetStream, Redis with AOF, ``popbroker all``, and popfleet's
+three role processes) is started by
 :mod:`bench.peers.servers` on a temp dir and a free 127.0.0.1 port, answers its
 protocol's greeting, and is stopped by PID; afterwards no PID it had (nor a
 child it forked) is alive. The Debian packages are installed by the harness when
@@ -67,6 +68,26 @@ def test_popfleet_starts_and_stops(tmp_path: Path) -> None:
         tmp_path, topics=[servers.PopfleetTopic("bench")], groups=["bench-group"]
     )
     _check_start_stop(server, _query_route)
+
+
+def test_popfleet_roles_start_and_stop_together(tmp_path: Path) -> None:
+    """The deployment shape: store, popack and revive processes meeting on a Unix socket."""
+    server = servers.start_popfleet_roles(
+        tmp_path, topics=[servers.PopfleetTopic("bench")], groups=["bench-group"]
+    )
+    try:
+        assert [p.name for p in server.processes] == [
+            "popfleet-store",
+            "popfleet-popack",
+            "popfleet-revive",
+        ]
+        assert all(procs.pid_alive(pid) for pid in server.root_pids())
+        assert (tmp_path / "store.sock").exists()
+        assert _query_route(int(server.endpoint.rsplit(":", 1)[1]))
+    finally:
+        signalled = server.stop()
+    assert set(server.root_pids()) <= set(signalled)
+    assert server.alive_pids() == []
 
 
 def _query_route(port: int) -> bytes:

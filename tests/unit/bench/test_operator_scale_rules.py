@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from bench import common, scaletargets
 from bench import operator_scale as scale
-from bench import scaletargets
 
 
 def _obj(generation: int, *conditions: dict[str, Any], brokers: int = 3) -> dict[str, Any]:
@@ -37,9 +37,9 @@ def test_a_mode_counts_only_when_every_broker_reads_it_back() -> None:
 
 
 def test_cpu_percent_is_cpu_time_over_wall_time_and_none_across_a_restart() -> None:
-    samples = [scale.Sample(10.0, 0, 5.0), scale.Sample(20.0, 0, 6.0)]
+    samples = [scaletargets.Sample(10.0, 0, 5.0), scaletargets.Sample(20.0, 0, 6.0)]
     assert scale.cpu_percent(samples) == 10.0
-    restarted = [scale.Sample(10.0, 0, 5.0), scale.Sample(20.0, 0, 0.5)]
+    restarted = [scaletargets.Sample(10.0, 0, 5.0), scaletargets.Sample(20.0, 0, 0.5)]
     assert scale.cpu_percent(restarted) is None
     assert scale.cpu_percent(samples[:1]) is None
 
@@ -72,7 +72,7 @@ def test_kind_samples_come_from_the_operators_own_process_metrics() -> None:
 def test_a_kind_run_of_one_size_keeps_the_other_sizes_already_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(scale.common, "RESULTS", tmp_path)
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
     scale.record("scale_kind", [{"n_topics": 500, "x": 1}], what="w")
     scale.record("scale_kind", [{"n_topics": 100, "x": 2}], what="w")
     path = scale.record("scale_kind", [{"n_topics": 500, "x": 3}], what="w")
