@@ -45,8 +45,13 @@ fmt: $(STAMP) ## apply ruff fixes and formatting
 test: test-pytest ## every tier: pytest (fails when none are collected), then the story on kind
 	@$(MAKE) --no-print-directory e2e-kind
 
+# Two workers, each taking whole files (module fixtures stay with their tests; each worker
+# starts its own testbed): the integration tiers mostly wait on processes, so the run takes
+# ~11.5 instead of ~18 minutes on 2 cores. PYTEST_WORKERS=0 runs them in this process.
+PYTEST_WORKERS ?= 2
+
 test-pytest: $(STAMP) $(TEST_PREREQS) ## every pytest tier (unit, integration, testbed); no Docker
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist loadfile) $(PYTEST_ARGS)
 
 test-unit: $(STAMP) ## unit tier only
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

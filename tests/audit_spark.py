@@ -7,6 +7,7 @@ hands both packages the same session, and it is stopped once, at the end.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -21,3 +22,7 @@ def spark() -> Iterator[SparkSession]:
     spark_session.conf.set("spark.sql.shuffle.partitions", "2")
     yield spark_session
     spark_session.stop()
+    # py4j closes its gateway connections from __del__ at interpreter exit and logs that at
+    # INFO, after pytest has closed the streams its handlers write to ("--- Logging error
+    # --- ValueError: I/O operation on closed file" in every run's output): say nothing.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
