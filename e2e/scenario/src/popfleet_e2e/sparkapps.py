@@ -92,13 +92,16 @@ def _driver_log(access: ClusterAccess, app: str) -> str:
 def ran_through_the_spark_operator(story: Story) -> str:
     """Steps 1-5 of the module docstring."""
     access = story.access
+    began = time.monotonic()
     install_operator(access)
+    installed = time.monotonic() - began
     waits.until(  # the Job backend's last scheduled run may still be going (Forbid)
         lambda: not unfinished_jobs(access), timeout_s=480, interval_s=2.0,
         what="the earlier audit Jobs finished", seen=lambda: str(unfinished_jobs(access)),
     )  # fmt: skip
     tally = auditing.PodTally(access, CLUSTER).start()
     started = time.monotonic()
+    waited = started - began - installed
     try:
         before = {a["metadata"]["name"] for a in applications(access)}
         auditing.enable(access, CLUSTER, schedule=YEARLY, shape=SHAPE)
@@ -157,6 +160,9 @@ def ran_through_the_spark_operator(story: Story) -> str:
     if kept > 2:  # successfulRunsLimit + failedRunsLimit
         raise ScenarioError(f"{kept} SparkApplications kept beyond the history limits 1 + 1")
     return (
-        f"{name} COMPLETED in {took:.0f}s: driver {driver}, executors {', '.join(executors)}; "
+        f"Spark operator installed in {installed:.0f}s, earlier Jobs finished {waited:.0f}s "
+        f"later; {name} COMPLETED in {took:.0f}s, all recorded and cleaned up "
+        f"{time.monotonic() - started - took:.0f}s later: driver {driver}, "
+        f"executors {', '.join(executors)}; "
         f"{GROUP}: {auditing.summary(found)}; {kept} run(s) kept"
     )

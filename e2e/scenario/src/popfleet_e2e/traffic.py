@@ -34,7 +34,7 @@ from rocketmq import (
 )
 
 HUNG_HOLD_LIMIT_S = 900  # a hung listener is released by stop(); this only bounds a leak
-SHUTDOWN_LIMIT_S = 60.0  # per consumer: see Traffic.stop
+SHUTDOWN_LIMIT_S = 30.0  # for all consumers at once: see Traffic._shutdown
 
 
 def configuration(endpoints: str) -> Any:
@@ -225,20 +225,27 @@ class Traffic:
             self._hung.release.set()
         if self._hung_consumer is not None:
             self._consumers.remove(self._hung_consumer)
-            self._shutdown(self._hung_consumer, "the hung consumer")
+            self._shutdown((self._hung_consumer, "the hung consumer"))
             self._hung_consumer = None
         return held
 
-    def _shutdown(self, consumer: Any, what: str) -> None:
-        """``consumer.shutdown()``, bounded: one still retrying an ack after SHUTDOWN_LIMIT_S
-        is left to its (daemon) thread and recorded in ``stuck_shutdowns``."""
-        done = threading.Thread(target=consumer.shutdown, name=f"shutdown {what}", daemon=True)
-        done.start()
-        done.join(SHUTDOWN_LIMIT_S)
-        if done.is_alive():
-            self.stuck_shutdowns.append(
-                f"{what}: shutdown still waiting after {SHUTDOWN_LIMIT_S:.0f}s"
-            )
+    def _shutdown(self, *named: tuple[Any, str]) -> None:
+        """``consumer.shutdown()`` of each, all at once and bounded by one SHUTDOWN_LIMIT_S: one
+        still retrying an ack then is left to its (daemon) thread and recorded in
+        ``stuck_shutdowns`` (one after the other, two stuck consumers cost the story 2 min)."""
+        threads = [
+            (threading.Thread(target=c.shutdown, name=f"shutdown {what}", daemon=True), what)
+            for c, what in named
+        ]
+        for thread, _ in threads:
+            thread.start()
+        deadline = time.monotonic() + SHUTDOWN_LIMIT_S
+        for thread, what in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+            if thread.is_alive():
+                self.stuck_shutdowns.append(
+                    f"{what}: shutdown still waiting after {SHUTDOWN_LIMIT_S:.0f}s"
+                )
 
     def pause(self) -> None:
         if self._producing is not None:
@@ -259,9 +266,10 @@ class Traffic:
         self.stop_producing()
         if self._hung is not None:
             self._hung.release.set()
-        for number, consumer in enumerate(self._consumers):
-            self._shutdown(
-                consumer,
-                "the hung consumer" if consumer is self._hung_consumer else f"consumer {number}",
+        self._shutdown(
+            *(
+                (c, "the hung consumer" if c is self._hung_consumer else f"consumer {number}")
+                for number, c in enumerate(self._consumers)
             )
+        )
         self._consumers.clear()
