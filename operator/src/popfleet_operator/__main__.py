@@ -6,7 +6,7 @@ Environment (the chart sets the ones it needs; the others keep their defaults):
 ``POPFLEET_NAMESPACES``          comma-separated namespaces to watch; empty: cluster-wide
 ``POPFLEET_PEERING_NAME``        kopf peering object (``ClusterKopfPeering``); empty: standalone
 ``POPFLEET_PRIORITY``            this replica's peering priority (higher wins)
-``POPFLEET_RESYNC_INTERVAL_S``   level-based re-check of every object (default 30)
+``POPFLEET_RESYNC_INTERVAL_S``   level-based re-check of every object (default 60)
 ``POPFLEET_ADMIN_TIMEOUT_S``     deadline of each broker admin call (default 5)
 ``POPFLEET_CLUSTER_VIEW_TTL_S``  reuse of a BrokerCluster's spec/token/pods (default 2)
 ``POPFLEET_VERIFY_INTERVAL_S``   full read-back of a steady Topic/ConsumerGroup (default 300)

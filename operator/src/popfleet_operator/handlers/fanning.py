@@ -24,7 +24,8 @@ entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand
 5. ``sync``: ``declared.sync(admins, spec)``: apply + read back on every broker
    (``clients.fanout``); step 5 holds one of ``runtime.ROUND_LIMIT`` slots
    (``$POPFLEET_ROUND_LIMIT``), so a burst of objects queues here rather than on the API
-   client and the brokers;
+   client and the brokers; edits wait in a lane before new objects, and those before
+   resyncs (``planning.lanes``);
 5a. ``held`` (resync ticks only): the object is confirmed for this generation and the only
    trouble is a broker silent for less than ``POPFLEET_UNREACHABLE_AFTER_S``: keep the
    status, write nothing, read again next tick (``planning.silence``: slow is not gone);
@@ -49,7 +50,7 @@ from popfleet_operator.clients import fanout
 from popfleet_operator.handlers import metrics, runtime
 from popfleet_operator.model import names, specs, switches
 from popfleet_operator.model.observations import BrokerOutcome
-from popfleet_operator.planning import conflicts, resync
+from popfleet_operator.planning import conflicts, lanes, resync
 from popfleet_operator.status import conditions as c
 from popfleet_operator.status import epochs
 from popfleet_operator.status import fanout as fanout_status
@@ -278,7 +279,9 @@ async def reconcile(
         return blocked(declared, body=body, patch=patch, reason=c.INVALID_SPEC, message=message)
     if tick and await unchanged(declared, rt=rt, body=body, memo=memo, where=where):
         return []
-    async with rt.rounds:
+    generation = int(body["metadata"].get("generation", 0))
+    priority = lanes.lane(tick=tick, generation=generation, status=body.get("status") or {})
+    async with rt.rounds.hold(priority):
         outcomes = await declared.sync(where.admins, spec)
     if held(declared, rt=rt, body=body, cluster=spec.cluster, outcomes=outcomes, tick=tick):
         return []

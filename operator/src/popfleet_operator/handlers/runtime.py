@@ -23,13 +23,14 @@ import kopf
 from popfleet_operator.clients import clusterviews
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.clients.brokers import BrokerPool
+from popfleet_operator.clients.slots import PrioritySlots
 from popfleet_operator.errors import OperatorError
 from popfleet_operator.handlers import metrics
 from popfleet_operator.planning import backoff
 from popfleet_operator.planning.silence import BrokerSilence
 from popfleet_operator.status import conditions as c
 
-RESYNC_S = float(os.environ.get("POPFLEET_RESYNC_INTERVAL_S", "30"))
+RESYNC_S = float(os.environ.get("POPFLEET_RESYNC_INTERVAL_S", "60"))
 ADMIN_TIMEOUT_S = float(os.environ.get("POPFLEET_ADMIN_TIMEOUT_S", "5"))
 # How long an updated broker pod may take to be Ready and re-applied before a rolling update
 # is reported stuck (the store's startup probe alone allows 300 s).
@@ -56,14 +57,14 @@ class Runtime:
     pool: BrokerPool
     views: clusterviews.ClusterViews[clusterviews.ClusterView | None] = field(init=False)
     epochs: clusterviews.ClusterViews[dict[str, str]] = field(init=False)
-    rounds: asyncio.Semaphore = field(init=False)
+    rounds: PrioritySlots = field(init=False)
     silence: BrokerSilence = field(init=False)
 
     def __post_init__(self) -> None:
         load = functools.partial(clusterviews.load, self.kube)
         self.views = clusterviews.ClusterViews(load, ttl_s=CLUSTER_VIEW_TTL_S)
         self.epochs = clusterviews.ClusterViews(self._config_epochs, ttl_s=CLUSTER_VIEW_TTL_S)
-        self.rounds = asyncio.Semaphore(ROUND_LIMIT)
+        self.rounds = PrioritySlots(ROUND_LIMIT)
         self.silence = BrokerSilence(grace_s=UNREACHABLE_AFTER_S)
 
     async def _config_epochs(self, namespace: str, cluster: str) -> dict[str, str]:

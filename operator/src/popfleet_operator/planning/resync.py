@@ -1,6 +1,6 @@
 """When a resync tick of a Topic or ConsumerGroup may skip the brokers.
 
-Every object's timer ticks every ``POPFLEET_RESYNC_INTERVAL_S`` (30 s). Reading every broker
+Every object's timer ticks every ``POPFLEET_RESYNC_INTERVAL_S`` (60 s). Reading every broker
 back on every tick made the operator's steady CPU grow with the number of objects although
 nothing changed. A tick therefore skips the per-broker reads when both hold:
 

@@ -25,7 +25,7 @@ def test_defaults() -> None:
     values = env(docs)
     assert values["POPFLEET_PEERING_NAME"] == "rel-popfleet"
     assert values["POPFLEET_NAMESPACES"] == ""
-    assert values["POPFLEET_RESYNC_INTERVAL_S"] == "30"
+    assert values["POPFLEET_RESYNC_INTERVAL_S"] == "60"
     assert values["POPFLEET_METRICS_LISTEN"] == "$(POD_IP):9090"
 
 
