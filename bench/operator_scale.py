@@ -302,13 +302,16 @@ def set_up(target: Target) -> None:
     )
 
 
-def on_testbed(n: int, *, switches: int, steady_s: float) -> dict[str, Any]:
+def on_testbed(
+    n: int, *, switches: int, steady_s: float, sets: tuple[str, ...] = ()
+) -> dict[str, Any]:
     """One size on a fresh local testbed (started and stopped here)."""
     run_dir = Path(tempfile.mkdtemp(prefix="popfleet-bench-scale-"))
     info = controlplane.up(run_dir, bins=binaries.locate())
     tb = cluster.Cluster(info)
     try:
-        return one_size(TestbedTarget(tb), n, switches=switches, steady_s=steady_s)
+        target = TestbedTarget(tb, helm_values=sets)
+        return one_size(target, n, switches=switches, steady_s=steady_s)
     finally:
         tb.close()
         controlplane.down(run_dir, remove=True)
@@ -443,7 +446,9 @@ def main() -> None:
     parser.add_argument("--target", choices=("testbed", "kind"), default="testbed")
     parser.add_argument("--kubeconfig", type=Path, help="kind: the cluster (e2e/kind/run.sh)")
     parser.add_argument("--bin-dir", type=Path, help="kind: where kubectl and helm are")
-    parser.add_argument("--set", dest="sets", action="append", default=[], help="kind: chart")
+    parser.add_argument(
+        "--set", dest="sets", action="append", default=[], help="a chart value (KEY=VALUE)"
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",") if s]
     if args.target == "kind" and (
@@ -458,8 +463,11 @@ def main() -> None:
             target = KindTarget(args.kubeconfig, args.bin_dir, helm_values=tuple(args.sets))
             result = one_size(target, n, switches=args.switches, steady_s=args.steady_s)
         else:
-            result = on_testbed(n, switches=args.switches, steady_s=args.steady_s)
+            result = on_testbed(
+                n, switches=args.switches, steady_s=args.steady_s, sets=tuple(args.sets)
+            )
         result["load_average_before"] = [round(x, 2) for x in load_before]
+        result["chart_set"] = list(args.sets)
         result["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
         print(json.dumps(result), flush=True)
         runs.append(result)

@@ -9,7 +9,7 @@ Environment (the chart sets the ones it needs; the others keep their defaults):
 ``POPFLEET_RESYNC_INTERVAL_S``   level-based re-check of every object (default 60)
 ``POPFLEET_ADMIN_TIMEOUT_S``     deadline of each broker admin call (default 5)
 ``POPFLEET_CLUSTER_VIEW_TTL_S``  reuse of a BrokerCluster's spec/token/pods (default 2)
-``POPFLEET_VERIFY_INTERVAL_S``   full read-back of a steady Topic/ConsumerGroup (default 300)
+``POPFLEET_VERIFY_INTERVAL_S``   full read-back of a steady Topic/ConsumerGroup (default 900)
 ``POPFLEET_UNREACHABLE_AFTER_S`` a resync reports a silent broker after this long (default 30)
 ``POPFLEET_ROUND_LIMIT``         Topic/ConsumerGroup rounds at once (default 16)
 ``POPFLEET_BROKER_CALL_LIMIT``   admin calls under way per broker (default 8)

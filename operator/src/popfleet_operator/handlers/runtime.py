@@ -45,7 +45,7 @@ ROUND_LIMIT = int(os.environ.get("POPFLEET_ROUND_LIMIT", "16"))
 BROKER_CALL_LIMIT = int(os.environ.get("POPFLEET_BROKER_CALL_LIMIT", "8"))
 # How often a Topic or ConsumerGroup whose status says all is well is read back from every
 # broker even when nothing changed (``handlers.fanning``; spread over objects by uid).
-VERIFY_INTERVAL_S = float(os.environ.get("POPFLEET_VERIFY_INTERVAL_S", "300"))
+VERIFY_INTERVAL_S = float(os.environ.get("POPFLEET_VERIFY_INTERVAL_S", "900"))
 # How long a resync of a converged object waits before reporting a silent broker as
 # unreachable (``planning.silence``: slow is not gone); change rounds report at once.
 UNREACHABLE_AFTER_S = float(os.environ.get("POPFLEET_UNREACHABLE_AFTER_S", "30"))

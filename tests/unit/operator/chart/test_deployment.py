@@ -26,6 +26,7 @@ def test_defaults() -> None:
     assert values["POPFLEET_PEERING_NAME"] == "rel-popfleet"
     assert values["POPFLEET_NAMESPACES"] == ""
     assert values["POPFLEET_RESYNC_INTERVAL_S"] == "60"
+    assert values["POPFLEET_VERIFY_INTERVAL_S"] == "900"
     assert values["POPFLEET_METRICS_LISTEN"] == "$(POD_IP):9090"
 
 
@@ -49,6 +50,7 @@ def test_values_reach_the_pod() -> None:
         "operator.watchNamespaces={a,b}",
         "operator.metricsPort=0",
         "operator.resyncIntervalSeconds=5",
+        "operator.verifyIntervalSeconds=120",
     )
     deployment = one(docs, "Deployment")
     assert deployment["spec"]["replicas"] == 2
@@ -57,5 +59,6 @@ def test_values_reach_the_pod() -> None:
     assert values["POPFLEET_PEERING_NAME"] == ""
     assert values["POPFLEET_NAMESPACES"] == "a,b"
     assert values["POPFLEET_RESYNC_INTERVAL_S"] == "5"
+    assert values["POPFLEET_VERIFY_INTERVAL_S"] == "120"
     assert "POPFLEET_METRICS_LISTEN" not in values
     assert not [d for d in docs if d["kind"] == "Service"]
