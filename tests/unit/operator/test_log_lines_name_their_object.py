@@ -19,8 +19,11 @@ def root_logging() -> Iterator[None]:
     handlers, level = root.handlers[:], root.level
     asyncio_logger = logging.getLogger("asyncio")
     asyncio_state = asyncio_logger.handlers[:], asyncio_logger.propagate
+    objects = logging.getLogger("kopf.objects")
+    filters = objects.filters[:]
     yield
     root.handlers[:], root.level = handlers, level
+    objects.filters[:] = filters
     asyncio_logger.handlers[:], asyncio_logger.propagate = asyncio_state
 
 
@@ -60,3 +63,21 @@ def test_the_level_is_the_operators(capsys: pytest.CaptureFixture[str]) -> None:
     err = capsys.readouterr().err
     assert "round done" not in err
     assert "[apps/orders] broker slow" in err
+
+
+@pytest.mark.usefixtures("root_logging")
+def test_timer_successes_are_dropped_above_debug(capsys: pytest.CaptureFixture[str]) -> None:
+    """kopf says "Timer 'resync' succeeded." per object per tick: dropped unless DEBUG."""
+    body = topic("apps", "orders")
+    entry.configure_logging("INFO")
+    logger = kopf.ObjectLogger(body=body, settings=kopf.OperatorSettings())
+    logger.info("Timer 'resync' succeeded.")
+    logger.info("Handler 'changed' succeeded.")
+    logger.warning("Timer 'resync' succeeded.")  # not kopf's INFO line: kept
+    err = capsys.readouterr().err
+    assert "INFO kopf.objects: [apps/orders] Handler 'changed' succeeded." in err
+    assert "WARNING kopf.objects: [apps/orders] Timer 'resync' succeeded." in err
+    assert "INFO kopf.objects: [apps/orders] Timer 'resync' succeeded." not in err
+    entry.configure_logging("DEBUG")
+    logger.info("Timer 'resync' succeeded.")
+    assert "INFO kopf.objects: [apps/orders] Timer 'resync' succeeded." in capsys.readouterr().err
