@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from popfleet_testbed import cluster, controlplane, waiting
+from popfleet_testbed import cluster, controlplane, errors, waiting
 from tests.integration.operator import faultfleet, story
 from tests.integration.operator.faultfleet import Fleet
 
@@ -210,22 +210,44 @@ def test_a_broker_unreachable_while_100_crs_change_then_all_converge(
         assert all(topics[base.topic(i)] == 8 for i in base.indexes)
 
     # Events: the unreachable broker was named on the changed objects; each said when it
-    # was confirmed on all brokers again.
+    # was confirmed on all brokers again (a switched group twice: before the outage and
+    # after it). kopf posts Events from a queue after the status patch, and drops one the
+    # apiserver does not take, saying so in the log ("Failed to post an event"): wait for
+    # them, and accept a missing one only where the log tells that it was dropped.
+    names = [name for _, name in everything.names]
+    switched = [base.group(i) for i in base.indexes]
+    wanted = {n: 2 if n in switched else 1 for n in names}
+
+    def untold() -> list[str]:
+        found = faultfleet.events(tb, ns)
+        return sorted(
+            n
+            for n, count in wanted.items()
+            if len(faultfleet.events_about(found, n, reason="AllBrokersConfirmed")) < count
+        )
+
+    missing: list[str] = []
+
+    def all_told() -> bool:
+        nonlocal missing
+        missing = untold()
+        return not missing
+
+    try:
+        waiting.until(all_told, timeout_s=30, what="every recovery told")
+    except errors.Timeout:
+        log = operator_log(tb)[log_before:]
+        dropped = {
+            n
+            for n in missing
+            for line in faultfleet.lines_naming(log, ns, [n])
+            if "Failed to post an event" in line and "AllBrokersConfirmed" in line
+        }
+        about = "\n".join(faultfleet.lines_naming(log, ns, missing)[-20:])
+        assert sorted(set(missing) - dropped) == [], f"recoveries not told; their log:\n{about}"
     found = faultfleet.events(tb, ns)
     unreachable = [e for e in found if "faults-2" in e.get("message", "")]
     assert unreachable, "no Event named the unreachable broker faults-2"
-    names = [name for _, name in everything.names]
-    confirmed = {
-        n for n in names if faultfleet.events_about(found, n, reason="AllBrokersConfirmed")
-    }
-    assert sorted(set(names) - confirmed) == []
-    switched = [base.group(i) for i in base.indexes]
-    twice = [
-        g
-        for g in switched
-        if len(faultfleet.events_about(found, g, reason="AllBrokersConfirmed")) >= 2
-    ]
-    assert sorted(set(switched) - set(twice)) == [], "a switched group's recovery was not told"
     # The log: no traceback, and the outage told per object.
     log = operator_log(tb)[log_before:]
     assert faultfleet.tracebacks(log) == []
