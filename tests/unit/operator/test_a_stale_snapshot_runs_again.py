@@ -1,4 +1,5 @@
-"""A change round whose snapshot went stale while it waited runs again (``fanning.run``).
+"""A change round whose snapshot went stale while it waited runs again
+(``runtime.reconcile_round``, through ``fanning.run``).
 
 Seen in CI: a resync tick of a switched ConsumerGroup held the object's lock while it waited
 for a round slot during a broker outage, and wrote ``ModeApplied=False``; the change round
@@ -66,11 +67,11 @@ async def test_a_change_round_after_another_rounds_write_runs_again(
     await lock.acquire()  # another round of the object is under way
     change = asyncio.create_task(run(rt, memo, retry=0))
     await asyncio.sleep(0)  # the change round waits for the lock with its snapshot
-    memo[fanning.STATUS_WRITES] = 1  # ... and the round it waited for patched the status
+    memo[runtime.STATUS_WRITES] = 1  # ... and the round it waited for patched the status
     lock.release()
     patch, raised = await change
     assert isinstance(raised, kopf.TemporaryError)
-    assert raised.delay == fanning.STALE_RETRY_S
+    assert raised.delay == runtime.STALE_RETRY_S
     assert patch == {}
     assert broker_calls(brokers) == []  # nothing done on the stale snapshot
 
@@ -83,7 +84,7 @@ async def test_rounds_without_a_write_in_between_run_and_count_their_writes(
     patch, raised = await run(rt, memo, retry=0)
     assert raised is None
     assert patch.status["conditions"]  # the first round wrote the status ...
-    assert memo[fanning.STATUS_WRITES] == 1  # ... and said so for the rounds waiting
+    assert memo[runtime.STATUS_WRITES] == 1  # ... and said so for the rounds waiting
     patch, raised = await run(rt, memo, retry=1)  # its own write was before it started
     assert raised is None
 
@@ -97,7 +98,7 @@ async def test_a_tick_has_a_live_body_and_never_reruns(
     await lock.acquire()
     tick = asyncio.create_task(run(rt, memo, retry=None))
     await asyncio.sleep(0)
-    memo[fanning.STATUS_WRITES] = 1
+    memo[runtime.STATUS_WRITES] = 1
     lock.release()
     _, raised = await tick
     assert raised is None

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import kopf
+
 from popfleet_api.testing import InMemoryBrokerAdmin
 from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.handlers import runtime
@@ -60,5 +62,7 @@ async def test_every_reconcile_round_closes_the_idle_channels() -> None:
         return [c.Condition(c.READY, True, c.RECONCILED)]
 
     log = logging.getLogger("test")
-    await runtime.reconcile_round("Topic", memo=memo, logger=log, retry=None, reconcile=reconcile)
+    await runtime.reconcile_round(
+        "Topic", memo=memo, patch=kopf.Patch(), logger=log, retry=None, reconcile=reconcile
+    )
     assert made["10.0.0.1:9877"].closed

@@ -99,7 +99,7 @@ async def test_a_change_handler_retries_a_timeout_with_back_off() -> None:
     kube = kube_client.Kube(RaisingApi(TimeoutError()))
     with pytest.raises(kopf.TemporaryError) as raised:
         await runtime.reconcile_round(
-            "Topic", memo={}, logger=LOG, retry=1, reconcile=reading(kube)
+            "Topic", memo={}, patch=kopf.Patch(), logger=LOG, retry=1, reconcile=reading(kube)
         )
     assert raised.value.delay is not None and raised.value.delay > 0
 
@@ -108,7 +108,7 @@ async def test_a_timer_tick_logs_one_line_for_a_timeout(caplog: pytest.LogCaptur
     kube = kube_client.Kube(RaisingApi(aiohttp.ServerTimeoutError("read timeout")))
     with caplog.at_level(logging.WARNING):
         await runtime.reconcile_round(
-            "Topic", memo={}, logger=LOG, retry=None, reconcile=reading(kube)
+            "Topic", memo={}, patch=kopf.Patch(), logger=LOG, retry=None, reconcile=reading(kube)
         )
     assert [r.getMessage() for r in caplog.records] == [
         f"resync: GET {URL}: no answer (ServerTimeoutError: read timeout)"

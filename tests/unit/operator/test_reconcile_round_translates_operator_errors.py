@@ -26,7 +26,12 @@ async def test_a_retriable_error_is_retried_with_back_off() -> None:
     unavailable = errors.KubeError("GET /api/v1/pods: 503", status=503)
     with pytest.raises(kopf.TemporaryError) as raised:
         await runtime.reconcile_round(
-            "Topic", memo={}, logger=LOG, retry=2, reconcile=failing(unavailable)
+            "Topic",
+            memo={},
+            patch=kopf.Patch(),
+            logger=LOG,
+            retry=2,
+            reconcile=failing(unavailable),
         )
     assert raised.value.delay is not None and raised.value.delay > 0
     assert raised.value.__cause__ is unavailable
@@ -36,7 +41,12 @@ async def test_a_permanent_error_gives_up_and_says_why() -> None:
     forbidden = errors.KubeError("PATCH /apis/apps/v1/...: 403 forbidden", status=403)
     with pytest.raises(kopf.PermanentError, match=r"^KubernetesError: PATCH .*403 forbidden$"):
         await runtime.reconcile_round(
-            "BrokerCluster", memo={}, logger=LOG, retry=0, reconcile=failing(forbidden)
+            "BrokerCluster",
+            memo={},
+            patch=kopf.Patch(),
+            logger=LOG,
+            retry=0,
+            reconcile=failing(forbidden),
         )
 
 
@@ -44,12 +54,14 @@ async def test_a_missing_secret_is_retried() -> None:
     missing = errors.SecretNotFound("spec.auth.adminTokenSecret: Secret 'admin' not found")
     with pytest.raises(kopf.TemporaryError):
         await runtime.reconcile_round(
-            "Topic", memo={}, logger=LOG, retry=0, reconcile=failing(missing)
+            "Topic", memo={}, patch=kopf.Patch(), logger=LOG, retry=0, reconcile=failing(missing)
         )
 
 
 @pytest.mark.parametrize("status", [403, 503])
 async def test_a_timer_tick_never_raises(status: int, caplog: pytest.LogCaptureFixture) -> None:
     exc = errors.KubeError(f"GET /x: {status}", status=status)
-    await runtime.reconcile_round("Topic", memo={}, logger=LOG, retry=None, reconcile=failing(exc))
+    await runtime.reconcile_round(
+        "Topic", memo={}, patch=kopf.Patch(), logger=LOG, retry=None, reconcile=failing(exc)
+    )
     assert f"resync: GET /x: {status}" in caplog.text

@@ -304,7 +304,12 @@ async def changed(
     **_: Any,
 ) -> None:
     await runtime.reconcile_round(
-        KIND, memo=memo, logger=logger, retry=retry, reconcile=lambda: reconcile(body, patch, memo)
+        KIND,
+        memo=memo,
+        patch=patch,
+        logger=logger,
+        retry=retry,
+        reconcile=lambda: reconcile(body, patch, memo),
     )
 
 
@@ -313,5 +318,10 @@ async def resync(
     *, body: kopf.Body, patch: kopf.Patch, memo: Any, logger: kopf.Logger, **_: Any
 ) -> None:
     await runtime.reconcile_round(
-        KIND, memo=memo, logger=logger, retry=None, reconcile=lambda: reconcile(body, patch, memo)
+        KIND,
+        memo=memo,
+        patch=patch,
+        logger=logger,
+        retry=None,
+        reconcile=lambda: reconcile(body, patch, memo),
     )

@@ -69,9 +69,6 @@ class FannedSpec(Protocol):
 SpecT = TypeVar("SpecT", bound=FannedSpec)
 Claims = kopf.Index[tuple[str, str, str], conflicts.Claim]
 VERIFIED_SLOT = "verified_slot"  # per-object memo: the verify period of the last full round
-STATUS_WRITES = "status_writes"  # per-object memo: rounds of this process that patched status
-STALE_SNAPSHOT = "the status changed while this round waited; running again on the new one"
-STALE_RETRY_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,30 +308,16 @@ async def run(
     retry: int | None,
     index: Claims,
 ) -> None:
-    """One round (``runtime.reconcile_round``); ``retry`` None for timer ticks (never raise).
-
-    A change handler's ``body`` is the snapshot of the event that caused it, while a timer's
-    is live. When another round of the object wrote its status while this one waited for the
-    object's lock (a tick waiting for a slot holds the lock), the snapshot no longer says
-    what the status is: the round would take a condition for true that is false by now (and
-    not tell the recovery: no ``AllBrokersConfirmed`` Event) and skip writes it believes
-    unneeded. Such a round runs again shortly, with the status kopf has by then.
-    """
-    writes_before = memo.get(STATUS_WRITES, 0)
-
-    async def one_round() -> list[c.Condition]:
-        if retry is not None and memo.get(STATUS_WRITES, 0) != writes_before:
-            raise kopf.TemporaryError(STALE_SNAPSHOT, delay=STALE_RETRY_S)
-        try:
-            return await reconcile(
-                declared, body=body, patch=patch, memo=memo, index=index, tick=retry is None
-            )
-        finally:
-            if patch.status:
-                memo[STATUS_WRITES] = memo.get(STATUS_WRITES, 0) + 1
-
+    """One round (``runtime.reconcile_round``); ``retry`` None for timer ticks (never raise)."""
     await runtime.reconcile_round(
-        declared.kind, memo=memo, logger=logger, retry=retry, reconcile=one_round
+        declared.kind,
+        memo=memo,
+        patch=patch,
+        logger=logger,
+        retry=retry,
+        reconcile=lambda: reconcile(
+            declared, body=body, patch=patch, memo=memo, index=index, tick=retry is None
+        ),
     )
 
 

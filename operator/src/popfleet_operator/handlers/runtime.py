@@ -106,15 +106,29 @@ async def close_idle(memo: Any) -> None:
         await found.pool.close_idle()
 
 
+STATUS_WRITES = "status_writes"  # per-object memo: rounds of this process that patched status
+STALE_SNAPSHOT = "the status changed while this round waited; running again on the new one"
+STALE_RETRY_S = 1.0
+
+
 async def reconcile_round(
     kind: str,
     *,
     memo: Any,
+    patch: kopf.Patch,
     logger: kopf.Logger,
     retry: int | None,
     reconcile: Callable[[], Awaitable[Sequence[c.Condition]]],
 ) -> None:
     """One reconcile round of any kind: under the object's lock, timed and counted.
+
+    A change handler's body is the snapshot of the event that caused it, while a timer's is
+    live. When another round of the object patched its status while a change round waited
+    for the object's lock (a tick waiting for a round slot holds it), the snapshot no longer
+    says what the status is: the round would take a condition for true that is false by now
+    (and not tell a recovery: no ``AllBrokersConfirmed`` Event) and skip writes it believes
+    unneeded. Such a round raises ``TemporaryError`` and runs again a second later, with the
+    status kopf has by then, without doing anything.
 
     ``retry`` is None for timer ticks, which never raise (the conditions already say what is
     wrong; the next tick tries again). Change handlers re-raise ``PermanentError``, turn a
@@ -124,9 +138,12 @@ async def reconcile_round(
     into ``PermanentError`` naming its reason: retrying at once would only repeat it, and
     the resync timer re-checks anyway.
     """
+    writes_before = memo.get(STATUS_WRITES, 0)
     await close_idle(memo)
     with metrics.timed(kind):
         async with lock(memo):
+            if retry is not None and memo.get(STATUS_WRITES, 0) != writes_before:
+                raise kopf.TemporaryError(STALE_SNAPSHOT, delay=STALE_RETRY_S)
             try:
                 conditions = await reconcile()
             except kopf.PermanentError:
@@ -142,6 +159,9 @@ async def reconcile_round(
                 if not exc.retriable:
                     raise kopf.PermanentError(f"{exc.reason}: {exc.message}") from exc
                 raise kopf.TemporaryError(exc.message, delay=backoff.delay_s(retry)) from exc
+            finally:
+                if patch.status:
+                    memo[STATUS_WRITES] = memo.get(STATUS_WRITES, 0) + 1
     degraded = next((x for x in conditions if x.type == c.DEGRADED and x.status), None)
     metrics.RECONCILES.labels(kind, "degraded" if degraded else "ok").inc()
     if degraded is not None and retry is not None:
