@@ -36,10 +36,9 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as sf
 
-CK_KEY = (
-    "broker_name", "revive_queue_id", "topic", "group", "queue_id", "start_queue_offset",
-    "pop_time_ms", "ck_broker_name",
-)  # fmt: skip
+from popfleet_audit import ckmatch
+
+CK_KEY = ckmatch.CK_KEY
 AGE_BUCKETS_MS: tuple[tuple[str, int | None], ...] = (
     ("age_lt_10s", 10_000),
     ("age_lt_1m", 60_000),
@@ -91,13 +90,11 @@ def _ack_offsets_after(ck_position: Column) -> Column:
     return sf.flatten(sf.transform(after, lambda a: a["offsets"]))
 
 
-def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms: int) -> DataFrame:
-    """One row per message of every unresolved CK: acked, overdue, age (steps 1-5).
+def _unresolved_keys(revive_log: DataFrame, revive_queues: DataFrame) -> DataFrame:
+    """:func:`per_checkpoint_key` rows with a CK at or after its revive queue's progress
+    (step 4), with the ACK entries after the CK as ``ack_offsets`` (step 2).
 
-    No join of messages with ACK entries: each CK key's ACK records travel with it
-    (:func:`per_checkpoint_key`), and the few revive-queue rows are broadcast, so the
-    per-message rows keep the key's partitioning (the per-CK aggregations after this one
-    need no further shuffle of the log).
+    The few revive-queue rows are broadcast, so the rows keep the key's partitioning.
     """
     progress = revive_queues.select(
         "broker_name",
@@ -113,14 +110,32 @@ def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms:
             | (sf.col("ck_position") >= sf.col("progress_queue_offset"))
         )
     )
-    messages = keys.select(
+    return keys.select(
         *CK_KEY,
         "ck_position",
         "revive_time_ms",
         "broker_now_ms",
-        _ack_offsets_after(sf.col("ck_position")).alias("ack_offsets"),
-        sf.posexplode("queue_offsets").alias("bit", "message_queue_offset"),
+        "queue_offsets",
         "ack_bitmap",
+        _ack_offsets_after(sf.col("ck_position")).alias("ack_offsets"),
+    )
+
+
+def _overdue_and_age(grace_ms: int) -> list[Column]:
+    return [
+        (sf.col("revive_time_ms") + sf.lit(grace_ms) < sf.col("broker_now_ms")).alias("overdue"),
+        (sf.col("broker_now_ms") - sf.col("pop_time_ms")).alias("age_ms"),
+    ]
+
+
+def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms: int) -> DataFrame:
+    """One row per message of every unresolved CK: acked, overdue, age (steps 1-5).
+
+    The per-message view of :func:`checkpoint_states` (which the reports use: it says the
+    same per CK without a row per message); kept to inspect and to test the rules by.
+    """
+    messages = _unresolved_keys(revive_log, revive_queues).select(
+        "*", sf.posexplode("queue_offsets").alias("bit", "message_queue_offset")
     )
     acked_in_ck = sf.expr("(shiftright(ack_bitmap, bit) & 1) = 1")
     # ACK entries for this message: occurrences of its offset (array_remove drops them all).
@@ -136,44 +151,62 @@ def message_states(revive_log: DataFrame, revive_queues: DataFrame, *, grace_ms:
         (ack_records - sf.when(acked_in_ck, 0).otherwise(sf.least(ack_records, sf.lit(1)))).alias(
             "duplicate_acks"
         ),
-        (sf.col("revive_time_ms") + sf.lit(grace_ms) < sf.col("broker_now_ms")).alias("overdue"),
-        (sf.col("broker_now_ms") - sf.col("pop_time_ms")).alias("age_ms"),
+        *_overdue_and_age(grace_ms),
         "revive_time_ms",
     )
 
 
-def orphan_acks(revive_log: DataFrame) -> DataFrame:
-    """Per (broker_name, group): ACK entries matching no CK of the scan, at or before them.
+def records_read(keys: DataFrame) -> int:
+    """Revive-log records read to make ``keys`` (``revive_keys`` rows)."""
+    rows = keys.filter(sf.col("row_kind") == "revive_queue").agg(sf.sum("records"))
+    return int(rows.collect()[0][0] or 0)
 
-    A key without a CK has every CK-side aggregate null; testing all of them (not only
-    ``ck_position``) says the same and keeps the optimizer from pruning them, so the
-    aggregation below is the one :func:`message_states` runs and Spark reuses its
-    exchange (``ReusedExchange``) instead of shuffling the log a second time.
+
+def checkpoint_states(keys: DataFrame, revive_queues: DataFrame, *, grace_ms: int) -> DataFrame:
+    """One row per unresolved CK key: un-acked messages, duplicate acks, overdue, age.
+
+    :func:`message_states` summed per CK, from ``revive_keys`` rows (the ``popfleet``
+    data source matches each revive queue where it reads it, :mod:`.ckmatch`): a message
+    is acked when its bit is set in the CK's bitmap (``in_ck``) or by an ACK entry after
+    the CK (``by_records``); duplicate acks are the matching entries less the bits they
+    were first to set. Step 4 drops CKs before their revive queue's progress (the few
+    revive-queue rows are broadcast: no shuffle).
     """
-    entries = sf.aggregate(sf.col("acks"), sf.lit(0), lambda total, a: total + _count(a["offsets"]))
-    no_checkpoint = sf.col("ck_position").isNull()
-    for column in ("revive_time_ms", "queue_offsets", "ack_bitmap", "broker_now_ms"):
-        no_checkpoint = no_checkpoint & sf.col(column).isNull()
-    return (
-        per_checkpoint_key(revive_log)
-        .filter(no_checkpoint)
-        .groupBy("broker_name", "group")
-        .agg(sf.sum(entries).cast("long").alias("orphan_acks"))
+    progress = revive_queues.select(
+        "broker_name",
+        "revive_queue_id",
+        sf.coalesce("revive_queue_offset", "min_queue_offset").alias("progress_queue_offset"),
+    )
+    unresolved = (
+        keys.filter(sf.col("row_kind") == "checkpoint")
+        .join(sf.broadcast(progress), on=["broker_name", "revive_queue_id"], how="left")
+        .filter(
+            sf.col("progress_queue_offset").isNull()
+            | (sf.col("ck_position") >= sf.col("progress_queue_offset"))
+        )
+    )
+    acked = sf.col("in_ck").bitwiseOR(sf.col("by_records"))
+    first_by_records = sf.col("by_records").bitwiseAND(sf.bitwise_not("in_ck"))
+    return unresolved.select(
+        *CK_KEY,
+        "ck_position",
+        (sf.col("messages") - sf.bit_count(acked)).cast("long").alias("unacked"),
+        (sf.col("matching_entries") - sf.bit_count(first_by_records))
+        .cast("long")
+        .alias("duplicate_acks"),
+        *_overdue_and_age(grace_ms),
+        "revive_time_ms",
     )
 
 
-def _per_checkpoint(states: DataFrame) -> DataFrame:
-    """One row per CK key of ``states``: un-acked messages, overdue, age, duplicate acks.
-
-    The keys of a CK share its revive time, clock and pop time, so ``overdue`` and
-    ``age_ms`` are the CK's. Grouping by the key is what ``states`` is already
-    partitioned by when it comes from :func:`message_states`: no shuffle.
-    """
-    return states.groupBy(*CK_KEY).agg(
-        sf.sum(sf.when(~sf.col("acked"), 1).otherwise(0)).alias("unacked"),
-        sf.max("overdue").alias("overdue"),
-        sf.max("age_ms").alias("age_ms"),
-        sf.sum("duplicate_acks").alias("duplicate_acks"),
+def orphan_acks(keys: DataFrame) -> DataFrame:
+    """Per (broker_name, group): ACK entries of keys without any CK in the scan (already
+    revived and passed, never written, or late after a revive), from ``revive_keys``
+    rows."""
+    return (
+        keys.filter(sf.col("row_kind") == "orphan")
+        .groupBy("broker_name", "group")
+        .agg(sf.sum("orphan_entries").cast("long").alias("orphan_acks"))
     )
 
 
@@ -188,28 +221,25 @@ def _age_bucket_sums(unacked: Column) -> list[Column]:
     return sums
 
 
-def group_backlog(states: DataFrame, group_retry: DataFrame, orphans: DataFrame) -> DataFrame:
-    """Per (broker_name, group): backlog, overdue, ages, retry and DLQ depths, odd acks."""
+def group_backlog(checkpoints: DataFrame, group_retry: DataFrame, orphans: DataFrame) -> DataFrame:
+    """Per (broker_name, group): backlog, overdue, ages, retry and DLQ depths, odd acks.
+
+    ``checkpoints`` are :func:`checkpoint_states` rows.
+    """
     unacked = sf.col("unacked")
     pending = unacked > 0
-    per_group = (
-        _per_checkpoint(states)
-        .groupBy("broker_name", "group")
-        .agg(
-            sf.count(sf.when(pending, 1)).cast("long").alias("unacked_checkpoints"),
-            sf.sum(unacked).cast("long").alias("unacked_messages"),
-            sf.count(sf.when(pending & sf.col("overdue"), 1))
-            .cast("long")
-            .alias("overdue_checkpoints"),
-            sf.sum(sf.when(sf.col("overdue"), unacked).otherwise(0))
-            .cast("long")
-            .alias("overdue_messages"),
-            sf.coalesce(sf.max(sf.when(pending, sf.col("age_ms"))), sf.lit(0))
-            .cast("long")
-            .alias("oldest_unacked_age_ms"),
-            *_age_bucket_sums(unacked),
-            sf.sum("duplicate_acks").cast("long").alias("duplicate_acks"),
-        )
+    per_group = checkpoints.groupBy("broker_name", "group").agg(
+        sf.count(sf.when(pending, 1)).cast("long").alias("unacked_checkpoints"),
+        sf.sum(unacked).cast("long").alias("unacked_messages"),
+        sf.count(sf.when(pending & sf.col("overdue"), 1)).cast("long").alias("overdue_checkpoints"),
+        sf.sum(sf.when(sf.col("overdue"), unacked).otherwise(0))
+        .cast("long")
+        .alias("overdue_messages"),
+        sf.coalesce(sf.max(sf.when(pending, sf.col("age_ms"))), sf.lit(0))
+        .cast("long")
+        .alias("oldest_unacked_age_ms"),
+        *_age_bucket_sums(unacked),
+        sf.sum("duplicate_acks").cast("long").alias("duplicate_acks"),
     )
     retry = group_retry.select("broker_name", "group", "retry_messages", "dlq_messages")
     counts = [
@@ -239,18 +269,13 @@ def group_totals(backlog: DataFrame) -> DataFrame:
     )
 
 
-def revive_queue_report(revive_queues: DataFrame, states: DataFrame) -> DataFrame:
-    """Per (broker_name, revive queue): bounds, progress, revive lag, backlog and overdue CKs."""
+def revive_queue_report(revive_queues: DataFrame, checkpoints: DataFrame) -> DataFrame:
+    """Per (broker_name, revive queue): bounds, progress, revive lag, backlog and overdue CKs
+    (``checkpoints``: :func:`checkpoint_states` rows)."""
     pending = sf.col("unacked") > 0
-    per_queue = (
-        _per_checkpoint(states)
-        .groupBy("broker_name", "revive_queue_id")
-        .agg(
-            sf.count(sf.when(pending, 1)).cast("long").alias("backlog_checkpoints"),
-            sf.count(sf.when(pending & sf.col("overdue"), 1))
-            .cast("long")
-            .alias("overdue_checkpoints"),
-        )
+    per_queue = checkpoints.groupBy("broker_name", "revive_queue_id").agg(
+        sf.count(sf.when(pending, 1)).cast("long").alias("backlog_checkpoints"),
+        sf.count(sf.when(pending & sf.col("overdue"), 1)).cast("long").alias("overdue_checkpoints"),
     )
     return revive_queues.join(per_queue, on=["broker_name", "revive_queue_id"], how="left").select(
         "broker_name",

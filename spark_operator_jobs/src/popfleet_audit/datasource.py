@@ -2,7 +2,8 @@
 
     spark.read.format("popfleet")
         .option("brokers", "10.0.0.7:9877,10.0.0.8:9877")
-        .option("table", "revive_log")            # or offsets, revive_queues, group_retry
+        .option("table", "revive_log")            # or revive_keys, offsets, revive_queues,
+                                                  # group_retry
         .option("tokenFile", "/var/run/secrets/popfleet/token")   # optional
         .option("startPositions", '{"broker-0/0": 1200}')          # revive_log, optional
         .option("endPositions", '{"broker-0/0": 5000}')            # revive_log, optional
@@ -10,11 +11,16 @@
         .option("transfer", "batches")            # revive_log: batches (Arrow) | records
         .load()
 
-Partitions (so executors read brokers in parallel): ``revive_log`` has one per
-(broker, revive queue); ``offsets``, ``revive_queues`` and ``group_retry`` one
-per broker. Planning (on the driver) asks each broker for its revive queues'
-bounds; a revive-log partition then reads ``[start, end)`` with a streaming
-scan, where
+Partitions (so executors read brokers in parallel): ``revive_log`` and
+``revive_keys`` have one per (broker, revive queue); ``offsets``,
+``revive_queues`` and ``group_retry`` one per broker. ``revive_keys`` is the
+revive log with the audit's CK/ACK matching pushed down to the partition
+(:mod:`.ckmatch`: a CK and its ACKs share a revive queue, so a whole revive queue
+is all the matching needs): a row per CK key, orphan key and revive queue instead
+of a row per record, with the same options.
+
+Planning (on the driver) asks each broker for its revive queues' bounds; a
+revive-log partition then reads ``[start, end)`` with a streaming scan, where
 
   1. ``end`` is ``endPositions[name/queue]`` or the queue's end at planning (a
      snapshot: records appended later are left for the next read);
@@ -43,13 +49,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from popfleet_audit import fleetscan, schemas
+from popfleet_audit import ckmatch, fleetscan, schemas
 from popfleet_audit.fleetscan import ReviveQueueBounds, ScanRow
 
 FROM_CHOICES = ("progress", "earliest")
+REVIVE_LOG_TABLES = ("revive_log", "revive_keys")
 TRANSFER_CHOICES = ("batches", "records")
 
 
@@ -165,7 +173,7 @@ class PopfleetReader(DataSourceReader):
             )
 
     def partitions(self) -> Sequence[InputPartition]:
-        if self._table != "revive_log":
+        if self._table not in REVIVE_LOG_TABLES:
             return [BrokerPartition(broker) for broker in self._brokers]
         return plan_revive_log(
             self._brokers,
@@ -183,12 +191,17 @@ class PopfleetReader(DataSourceReader):
                 if self._transfer == "batches"
                 else fleetscan.stream_revive_log
             )
-            yield from stream(
+            records = stream(
                 partition.bounds,
                 start_queue_offset=partition.start_queue_offset,
                 end_queue_offset=partition.end_queue_offset,
                 token=token,
             )
+            if self._table == "revive_keys":
+                batches = records if self._transfer == "batches" else _as_batches(records)
+                yield from ckmatch.match_batches(batches)
+            else:
+                yield from records
             return
         assert isinstance(partition, BrokerPartition)
         if self._table == "offsets":
@@ -196,6 +209,27 @@ class PopfleetReader(DataSourceReader):
             return
         queues, groups = fleetscan.revive_stats_rows(partition.broker, token)
         yield from queues if self._table == "revive_queues" else groups
+
+
+def _as_batches(rows: Iterator[Any], size: int = 8192) -> Iterator[Any]:
+    """REVIVE_LOG rows (``transfer=records``) as Arrow record batches of ``size`` rows."""
+    schema = fleetscan.revive_log_arrow_schema()
+    chunk: list[Any] = []
+    for row in rows:
+        chunk.append(row)
+        if len(chunk) == size:
+            yield _batch(chunk, schema)
+            chunk = []
+    if chunk:
+        yield _batch(chunk, schema)
+
+
+def _batch(rows: list[Any], schema: Any) -> Any:
+    columns = list(zip(*rows, strict=True))
+    return pa.RecordBatch.from_arrays(
+        [pa.array(column, field.type) for column, field in zip(columns, schema, strict=True)],
+        schema=schema,
+    )
 
 
 class PopfleetDataSource(DataSource):

@@ -11,7 +11,7 @@ import time
 
 from pyspark.sql import SparkSession
 
-from popfleet_audit import findings, lag_audit, metrics, outputs, revive_backlog_audit
+from popfleet_audit import backlog, findings, lag_audit, metrics, outputs, revive_backlog_audit
 from popfleet_audit.config import AuditConfig
 from popfleet_audit.findings import AuditSummary
 
@@ -40,7 +40,7 @@ def run(spark: SparkSession, config: AuditConfig, *, token: str | None) -> Audit
         queues = findings.plain_rows(
             revive.queues.orderBy("broker_name", "revive_queue_id").collect()
         )
-        scanned = inputs.revive_log.count()
+        scanned = backlog.records_read(revive.keys)
         positions = {"start": inputs.start_positions, "end": inputs.end_positions}
         jobs.append("revive")
         log.info("revive backlog audit done after %.1f s", time.monotonic() - started)

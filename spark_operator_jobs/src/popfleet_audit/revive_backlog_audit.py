@@ -4,9 +4,11 @@ extract -> transform -> load:
 
   1. extract: plan the revive-log read on the driver (one partition per
      (broker, revive queue), from the revive progress to the end at planning;
-     the positions are recorded), then read ``revive_log``, ``revive_queues``
-     and ``group_retry`` through the ``popfleet`` data source, cached;
-  2. transform (pure): :func:`backlog.message_states` (the CK/ACK join),
+     the positions are recorded), then read ``revive_keys`` (the revive log with
+     the CK/ACK matching done per revive queue where it is read, :mod:`.ckmatch`),
+     ``revive_queues`` and ``group_retry`` through the ``popfleet`` data source,
+     cached;
+  2. transform (pure): :func:`backlog.checkpoint_states` (un-acked messages per CK),
      per-(broker, group) backlog with ages, retry and DLQ depths, per-group
      totals, per-revive-queue report;
   3. load: ``revive/groups`` and ``revive/queues`` reports, the end positions
@@ -27,7 +29,7 @@ from popfleet_audit.config import AuditConfig
 
 @dataclass(frozen=True)
 class ReviveInputs:
-    revive_log: DataFrame
+    revive_keys: DataFrame  # the revive log matched per revive queue (ckmatch)
     revive_queues: DataFrame
     group_retry: DataFrame
     start_positions: dict[str, int]
@@ -36,7 +38,8 @@ class ReviveInputs:
 
 @dataclass(frozen=True)
 class ReviveResult:
-    states: DataFrame
+    keys: DataFrame  # per CK key, orphan key and revive queue (backlog.checkpoint_keys)
+    states: DataFrame  # per unresolved CK key (backlog.checkpoint_states)
     groups: DataFrame  # per (broker_name, group)
     totals: DataFrame  # per group
     queues: DataFrame  # per (broker_name, revive queue)
@@ -54,15 +57,15 @@ def extract(spark: SparkSession, config: AuditConfig, *, token: str | None) -> R
     plan = datasource.plan_revive_log(config.brokers, token=token)
     starts = {p.key: p.start_queue_offset for p in plan}
     ends = {p.key: p.end_queue_offset for p in plan}
-    log = (
-        _reader(spark, config, "revive_log")
+    keys = (
+        _reader(spark, config, "revive_keys")
         .option("startPositions", datasource.positions_json(plan, ends=False))
         .option("endPositions", datasource.positions_json(plan, ends=True))
         .load()
         .cache()
-    )
+    )  # a row per CK key (the log matched where it is read), not per record
     return ReviveInputs(
-        revive_log=log,
+        revive_keys=keys,
         revive_queues=_reader(spark, config, "revive_queues").load().cache(),
         group_retry=_reader(spark, config, "group_retry").load().cache(),
         start_positions=starts,
@@ -71,11 +74,12 @@ def extract(spark: SparkSession, config: AuditConfig, *, token: str | None) -> R
 
 
 def transform(
-    revive_log: DataFrame, revive_queues: DataFrame, group_retry: DataFrame, *, grace_ms: int
+    revive_keys: DataFrame, revive_queues: DataFrame, group_retry: DataFrame, *, grace_ms: int
 ) -> ReviveResult:
-    states = backlog.message_states(revive_log, revive_queues, grace_ms=grace_ms)
-    groups = backlog.group_backlog(states, group_retry, backlog.orphan_acks(revive_log))
+    states = backlog.checkpoint_states(revive_keys, revive_queues, grace_ms=grace_ms)
+    groups = backlog.group_backlog(states, group_retry, backlog.orphan_acks(revive_keys))
     return ReviveResult(
+        keys=revive_keys,
         states=states,
         groups=groups,
         totals=backlog.group_totals(groups),
@@ -94,12 +98,13 @@ def run(
 ) -> tuple[ReviveInputs, ReviveResult]:
     inputs = extract(spark, config, token=token)
     result = transform(
-        inputs.revive_log,
+        inputs.revive_keys,
         inputs.revive_queues,
         inputs.group_retry,
         grace_ms=config.overdue_grace_ms,
     )
     result = ReviveResult(
+        keys=result.keys,
         states=result.states,
         groups=result.groups.cache(),
         totals=result.totals.cache(),

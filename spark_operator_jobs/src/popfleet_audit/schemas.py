@@ -85,8 +85,32 @@ GROUP_RETRY = _fields(
     ("broker_now_ms", _L, False),
 )
 
+# One row per CK key, orphan key or revive queue of a revive-log partition: the revive
+# log matched where it is read (popfleet_audit.ckmatch, which owns the Arrow twin).
+REVIVE_KEYS = _fields(
+    ("row_kind", _S, False),  # checkpoint, orphan, revive_queue
+    ("broker_name", _S, False),
+    ("revive_queue_id", _I, False),
+    ("topic", _S, True),
+    ("group", _S, True),
+    ("queue_id", _I, True),
+    ("start_queue_offset", _L, True),
+    ("pop_time_ms", _L, True),
+    ("ck_broker_name", _S, True),
+    ("ck_position", _L, True),  # checkpoint: its first CK's position
+    ("revive_time_ms", _L, True),
+    ("broker_now_ms", _L, True),
+    ("messages", _I, True),
+    ("in_ck", _L, True),  # acked bits of the CKs' bitmaps
+    ("by_records", _L, True),  # bits acked by ACK entries after the CK
+    ("matching_entries", _L, True),  # ACK entries after the CK naming one of its messages
+    ("orphan_entries", _L, True),  # orphan: ACK entries of a key without a CK
+    ("records", _L, True),  # revive_queue: records read
+)
+
 TABLES: dict[str, StructType] = {
     "revive_log": REVIVE_LOG,
+    "revive_keys": REVIVE_KEYS,
     "offsets": OFFSETS,
     "revive_queues": REVIVE_QUEUES,
     "group_retry": GROUP_RETRY,

@@ -3,16 +3,21 @@
 Covers acks merged before the CK flush (bitmap) and after it (ACK records),
 an ACK positioned before its CK (does not count), duplicate and late (orphan)
 acks, a change-invisible chain, duplicate CK records, the revive progress,
-and retry/DLQ depths of a group without checkpoints.
+and retry/DLQ depths of a group without checkpoints; the reports' per-CK states
+against the per-message rules on a random log.
 """
 
 from __future__ import annotations
 
+import random
+
+import pyarrow as pa
 import pytest
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
 
-from popfleet_audit import backlog, schemas
+from popfleet_audit import backlog, ckmatch, datasource, schemas
 
 pytestmark = pytest.mark.timeout(600)  # the first test of a run starts the shared JVM
 
@@ -58,6 +63,15 @@ def _log(spark: SparkSession, rows: list[tuple[object, ...]]) -> DataFrame:
     return spark.createDataFrame(rows, schemas.REVIVE_LOG)
 
 
+def _keys(spark: SparkSession, rows: list[tuple[object, ...]]) -> DataFrame:
+    """``revive_keys`` rows of a log of one partition, as the data source makes them."""
+    table = pa.Table.from_batches(datasource._as_batches(iter(rows)))
+    matched = ckmatch.match(table.select(list(ckmatch.READ_COLUMNS)))
+    return spark.createDataFrame(
+        [tuple(row.values()) for row in matched.to_pylist()], schemas.REVIVE_KEYS
+    )
+
+
 def _queues(spark: SparkSession, progress: dict[int, int | None]) -> DataFrame:
     rows = [("h:1", "b0", q, 0, 100, p, 5, 700, NOW) for q, p in progress.items()]
     return spark.createDataFrame(rows, schemas.REVIVE_QUEUES)
@@ -95,20 +109,20 @@ def test_an_ack_before_its_checkpoint_does_not_count(spark: SparkSession) -> Non
 
 def test_duplicate_and_late_acks_are_counted_not_errors(spark: SparkSession) -> None:
     t, old = NOW - 5_000, NOW - 900_000
-    log = _log(
-        spark,
-        [
-            ck(0, [0, 1], pop_time_ms=t, bitmap=0b01),
-            ack(1, [0], start=0, pop_time_ms=t),  # duplicate of the bitmap bit
-            ack(2, [1], start=0, pop_time_ms=t),
-            ack(3, [1], start=0, pop_time_ms=t),  # duplicate record
-            ack(4, [40], start=40, pop_time_ms=old),  # late: its CK was revived and passed
-        ],
-    )
+    rows = [
+        ck(0, [0, 1], pop_time_ms=t, bitmap=0b01),
+        ack(1, [0], start=0, pop_time_ms=t),  # duplicate of the bitmap bit
+        ack(2, [1], start=0, pop_time_ms=t),
+        ack(3, [1], start=0, pop_time_ms=t),  # duplicate record
+        ack(4, [40], start=40, pop_time_ms=old),  # late: its CK was revived and passed
+    ]
+    log, keys = _log(spark, rows), _keys(spark, rows)
     states = backlog.message_states(log, _queues(spark, {0: 0}), grace_ms=GRACE_MS)
     assert _acked(states) == {(t, 0): True, (t, 1): True}
     report = backlog.group_backlog(
-        states, spark.createDataFrame([], schemas.GROUP_RETRY), backlog.orphan_acks(log)
+        backlog.checkpoint_states(keys, _queues(spark, {0: 0}), grace_ms=GRACE_MS),
+        spark.createDataFrame([], schemas.GROUP_RETRY),
+        backlog.orphan_acks(keys),
     ).select("group", "unacked_messages", "duplicate_acks", "orphan_acks")
     assertDataFrameEqual(
         report,
@@ -136,24 +150,22 @@ def test_change_invisible_chain_keeps_only_the_new_checkpoint(spark: SparkSessio
 
 
 def test_group_backlog_overdue_ages_and_retry_depths(spark: SparkSession) -> None:
-    log = _log(
-        spark,
-        [
-            ck(0, [0], pop_time_ms=NOW - 2_000_000, invisible_ms=30_000),  # resolved (< progress)
-            ck(1, [1, 2], pop_time_ms=NOW - 90_000, invisible_ms=60_000),  # overdue, 2 msgs
-            ck(1, [1, 2], pop_time_ms=NOW - 90_000, invisible_ms=60_000),  # written twice
-            ck(2, [3], pop_time_ms=NOW - 5_000, invisible_ms=60_000),  # waiting
-            ck(3, [4], pop_time_ms=NOW - 59_500, invisible_ms=60_000, bitmap=1),  # fully acked
-            ck(4, [9], pop_time_ms=NOW - 61_000, invisible_ms=60_000),  # due, within the grace
-            ck(0, [0, 1], pop_time_ms=NOW - 7_200_000, group="h", revive_queue_id=1),
-        ],
-    )
+    rows = [
+        ck(0, [0], pop_time_ms=NOW - 2_000_000, invisible_ms=30_000),  # resolved (< progress)
+        ck(1, [1, 2], pop_time_ms=NOW - 90_000, invisible_ms=60_000),  # overdue, 2 msgs
+        ck(1, [1, 2], pop_time_ms=NOW - 90_000, invisible_ms=60_000),  # written twice
+        ck(2, [3], pop_time_ms=NOW - 5_000, invisible_ms=60_000),  # waiting
+        ck(3, [4], pop_time_ms=NOW - 59_500, invisible_ms=60_000, bitmap=1),  # fully acked
+        ck(4, [9], pop_time_ms=NOW - 61_000, invisible_ms=60_000),  # due, within the grace
+        ck(0, [0, 1], pop_time_ms=NOW - 7_200_000, group="h", revive_queue_id=1),
+    ]
     retry = spark.createDataFrame(
         [("h:1", "b0", "g", 3, 1, NOW), ("h:1", "b0", "dlq-only", 0, 4, NOW)], schemas.GROUP_RETRY
     )
     queues = _queues(spark, {0: 1, 1: None})
-    states = backlog.message_states(log, queues, grace_ms=GRACE_MS)
-    report = backlog.group_backlog(states, retry, backlog.orphan_acks(log))
+    keys = _keys(spark, rows)
+    states = backlog.checkpoint_states(keys, queues, grace_ms=GRACE_MS)
+    report = backlog.group_backlog(states, retry, backlog.orphan_acks(keys))
     columns = (
         "group", "unacked_checkpoints", "unacked_messages", "overdue_checkpoints",
         "overdue_messages", "oldest_unacked_age_ms", "age_lt_10s", "age_lt_1m", "age_lt_10m",
@@ -182,3 +194,56 @@ def test_group_backlog_overdue_ages_and_retry_depths(spark: SparkSession) -> Non
     )
     totals = backlog.group_totals(report).filter("group = 'g'").select("unacked_messages")
     assert totals.collect()[0].unacked_messages == 4
+
+
+def _random_log(seed: int, checkpoints: int) -> list[tuple[object, ...]]:
+    """CKs of 1-32 messages with gaps, bitmaps, CKs written twice, ACK and BATCH_ACK
+    records before and after their CK, duplicate acks and acks of offsets the CK lacks."""
+    rng = random.Random(seed)
+    rows: list[tuple[object, ...]] = []
+    position = 0
+    for index in range(checkpoints):
+        revive_queue_id = rng.randrange(3)
+        start = rng.randrange(10_000)
+        offsets = sorted(rng.sample(range(start, start + 64), rng.randint(1, 32)))
+        offsets[0] = start
+        bitmap = rng.getrandbits(len(offsets)) if rng.random() < 0.5 else 0
+        pop_time = NOW - rng.randrange(3_600_000)
+        key = {
+            "pop_time_ms": pop_time,
+            "group": f"g{index % 4}",
+            "revive_queue_id": revive_queue_id,
+        }
+        acks = [
+            ack(0, rng.sample([*offsets, start + 64], rng.randint(1, 2)), start=start, **key)
+            for _ in range(rng.randrange(4))
+        ]
+        before = rng.randrange(len(acks) + 1)
+        entries = [*acks[:before], ck(0, offsets, bitmap=bitmap, **key), *acks[before:]]
+        if rng.random() < 0.1:
+            entries.append(ck(0, offsets, bitmap=rng.getrandbits(len(offsets)), **key))
+        for entry in entries:
+            rows.append((*entry[:3], position, position + 1, *entry[5:]))
+            position += 1
+    return rows
+
+
+def test_checkpoint_states_sum_the_message_states(spark: SparkSession) -> None:
+    """The reports' per-CK bit arithmetic says what the per-message rules say."""
+    rows = _random_log(seed=16, checkpoints=400)
+    log = _log(spark, rows)
+    queues = _queues(spark, {0: 40, 1: None, 2: 0})
+    messages = backlog.message_states(log, queues, grace_ms=GRACE_MS)
+    summed = messages.groupBy(*backlog.CK_KEY).agg(
+        sf.sum(sf.when(~sf.col("acked"), 1).otherwise(0)).cast("long").alias("unacked"),
+        sf.sum("duplicate_acks").cast("long").alias("duplicate_acks"),
+        sf.max("overdue").alias("overdue"),
+        sf.max("age_ms").alias("age_ms"),
+    )
+    keys = _keys(spark, rows)
+    assert backlog.records_read(keys) == len(rows)
+    per_ck = backlog.checkpoint_states(keys, queues, grace_ms=GRACE_MS).select(*summed.columns)
+    assert per_ck.count() > 300
+    assert per_ck.filter("unacked > 0 AND unacked < 32").count() > 100
+    assert per_ck.filter("duplicate_acks > 0").count() > 10
+    assertDataFrameEqual(per_ck, summed)

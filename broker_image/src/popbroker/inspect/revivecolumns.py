@@ -40,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pajson
@@ -148,9 +149,9 @@ def batch_of_records(read: MessageColumns, *, revive_queue_id: int) -> Any:
 
 def bulk_decodable(read: MessageColumns) -> int:
     """How many records of ``read`` :func:`batch_of` decodes in bulk (steps 1-4): for tests."""
-    candidates, kind_codes, _ = _candidates(read)
+    candidates, kind_codes, _, joined = _candidates(read)
     bodies = [read.bodies[i] for i in candidates]
-    table = _parse(bodies) if bodies else None
+    table = _parse(joined, len(bodies)) if bodies else None
     if table is None:
         return 0
     kinds = pa.array(kind_codes, pa.int64())
@@ -162,9 +163,8 @@ def bulk_decodable(read: MessageColumns) -> int:
 # ---------------------------------------------------------------- the bulk path
 
 
-def _parse(bodies: Sequence[bytes]) -> Any | None:
-    """Step 2: the bodies as one record batch (one row per body), or None."""
-    joined = b"\n".join(bodies)
+def _parse(joined: bytes, count: int) -> Any | None:
+    """Step 2: ``count`` newline-joined bodies as one record batch (a row each), or None."""
     options = pajson.ReadOptions(use_threads=False, block_size=max(1 << 20, len(joined) + 1))
     try:
         table = pajson.read_json(
@@ -172,7 +172,7 @@ def _parse(bodies: Sequence[bytes]) -> Any | None:
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    if table.num_rows != len(bodies):
+    if table.num_rows != count:
         return None
     return pa.RecordBatch.from_arrays(
         [column.combine_chunks() for column in table.columns], schema=table.schema
@@ -199,9 +199,9 @@ def _name(table: Any, key: str) -> Any:
 
 def _list_ok(values: Any, *, increasing: bool, limits: Any = None) -> Any:
     """Per row: 1..32 items, none null, negative or above the row's limit (when given),
-    strictly increasing when asked."""
+    strictly increasing when asked. A null list has no items."""
     column = values
-    lengths = pc.list_value_length(column)
+    lengths = pc.fill_null(pc.list_value_length(column), 0)
     ok = _all(pc.greater_equal(lengths, 1), pc.less_equal(lengths, MAX_CHECKPOINT_MESSAGES))
     flat = pc.list_flatten(column)
     parents = pc.list_parent_indices(column)
@@ -237,7 +237,7 @@ def _checked(table: Any, kinds: Any) -> Any:
         pc.equal(table["n"], pc.list_value_length(table["d"])),
         pc.less(table["bm"], pc.shift_left(pa.scalar(1), pc.list_value_length(table["d"]))),
         _list_ok(
-            pc.fill_null(table["d"], pa.scalar([], pa.list_(_I64))),
+            table["d"],
             increasing=True,
             limits=pc.subtract(pa.scalar(INT64_MAX), pc.fill_null(table["so"], 0)),
         ),
@@ -249,7 +249,7 @@ def _checked(table: Any, kinds: Any) -> Any:
         *common,
         pc.equal(table["ao"], -1),
         bn_ok,
-        _list_ok(pc.fill_null(table["aol"], pa.scalar([], pa.list_(_I64))), increasing=False),
+        _list_ok(table["aol"], increasing=False),
     )
     return pc.or_(pc.or_(ck, ack), batch_ack)
 
@@ -315,27 +315,40 @@ def _null_key_in_body(table: Any, kinds: Any, bodies: Sequence[bytes]) -> set[in
     return suspects
 
 
-def _candidates(read: MessageColumns) -> tuple[list[int], list[int], list[str]]:
-    """Step 1: indexes and kind codes of the bulk-path records, and every record's tag."""
+def _candidates(read: MessageColumns) -> tuple[list[int], list[int], list[str], bytes]:
+    """Step 1: indexes and kind codes of the bulk-path records, every record's tag, and
+    the candidates' bodies joined by newlines (what :func:`_parse` reads).
+
+    The shape checks (a known tag, 2..MAX_RECORD_BYTES bytes, ``{`` ... ``}``) run on
+    all bodies at once over their newline-joined bytes.
+    """
     tags = read.tags()
-    candidates: list[int] = []
-    codes: list[int] = []
-    for index, tag in enumerate(tags):
-        code = _JSON_TAGS.get(tag)
-        body = read.bodies[index]
-        if (
-            code is not None
-            and 2 <= len(body) <= records.MAX_RECORD_BYTES
-            and body[0] == 0x7B  # {
-            and body[-1] == 0x7D  # }
-        ):
-            candidates.append(index)
-            codes.append(code)
-    joined = b"\n".join(read.bodies[i] for i in candidates)
+    bodies = read.bodies
+    all_codes = [_JSON_TAGS.get(tag) for tag in tags]
+    joined = b"\n".join(bodies)
+    if not joined:
+        return [], [], tags, b""
+    lengths = np.fromiter(map(len, bodies), np.int64, len(bodies))
+    ends = np.cumsum(lengths + 1) - 1  # each body's end in ``joined``
+    starts = ends - lengths
+    data = np.frombuffer(joined, np.uint8)
+    last = len(data) - 1
+    shaped = (
+        (lengths >= 2)
+        & (lengths <= records.MAX_RECORD_BYTES)
+        & (data[np.minimum(starts, last)] == 0x7B)  # {
+        & (data[np.clip(ends - 1, 0, last)] == 0x7D)  # }
+        & np.fromiter((code is not None for code in all_codes), bool, len(bodies))
+    )
+    candidates = np.flatnonzero(shaped).tolist()
+    codes: list[int] = [all_codes[i] for i in candidates]  # type: ignore[misc]
+    if len(candidates) != len(bodies):
+        joined = b"\n".join(bodies[i] for i in candidates)
     if joined.count(b"\n") != max(len(candidates) - 1, 0) or not _plain_text(joined):
-        kept = [(i, c) for i, c in zip(candidates, codes, strict=True) if _plain(read.bodies[i])]
+        kept = [(i, c) for i, c in zip(candidates, codes, strict=True) if _plain(bodies[i])]
         candidates, codes = [i for i, _ in kept], [c for _, c in kept]
-    return candidates, codes, tags
+        joined = b"\n".join(bodies[i] for i in candidates)
+    return candidates, codes, tags, joined
 
 
 def _plain_text(data: bytes) -> bool:
@@ -344,12 +357,12 @@ def _plain_text(data: bytes) -> bool:
 
 def batch_of(read: MessageColumns, *, revive_queue_id: int) -> Any:
     """The records of ``read`` (one revive queue, in position order) as one batch."""
-    candidates, kind_codes, tags = _candidates(read)
+    candidates, kind_codes, tags, joined = _candidates(read)
     pieces = []
     slow = sorted(set(range(len(read.queue_offsets))) - set(candidates))
     if candidates:
         bodies = [read.bodies[i] for i in candidates]
-        table = _parse(bodies)
+        table = _parse(joined, len(bodies))
         if table is None:
             return batch_of_records(read, revive_queue_id=revive_queue_id)
         kinds = pa.array(kind_codes, pa.int64())

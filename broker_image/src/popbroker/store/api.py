@@ -126,7 +126,8 @@ class ReadStatus(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class MessageColumns:
     """Messages of one queue read in bulk (``LocalStore.read_columns``): one list per field,
-    index ``i`` of every list is the same message, in queue-offset order."""
+    index ``i`` of every list is the same message, in queue-offset order. Messages with the
+    same property bytes may share one properties dict: read it, never change it."""
 
     status: ReadStatus
     queue_offsets: list[int]

@@ -670,10 +670,6 @@ class LocalStore:
         """
         if not 1 <= max_count <= MAX_READ_COUNT:
             raise InvalidArgument(f"max_count must be in 1..{MAX_READ_COUNT}")
-        offsets: list[int] = []
-        stored: list[int] = []
-        properties: list[dict[str, str]] = []
-        bodies: list[bytes] = []
         with self._lock:
             cq = self._cqs.get((topic, queue_id))
             status, low, high = self._read_status_locked(
@@ -683,21 +679,29 @@ class LocalStore:
                 at = _next_offset(status, queue_offset, low=low, high=high)
                 return MessageColumns(status, [], [], [], [], at, low, high)
             count = min(max_count, high - queue_offset)
-            for index, (physical, size, _) in enumerate(cq.raw_entries(queue_offset, count)):
-                fields = self.commitlog.read_fields(physical, size)
-                if fields[3] != queue_offset + index:
-                    raise CorruptStore(
-                        f"consume queue entry for queue offset {queue_offset + index} points at "
-                        f"physical offset {physical}, which holds {fields[8]} queue {fields[2]} "
-                        f"offset {fields[3]}"
-                    )
-                offsets.append(fields[3])
-                stored.append(fields[6])
-                properties.append(fields[10])
-                bodies.append(fields[11])
-        status = ReadStatus.FOUND if offsets else ReadStatus.NO_MATCHED_MESSAGE
+            entries = cq.raw_entries(queue_offset, count)
+            extents = [(physical, size) for physical, size, _ in entries]
+            columns = self.commitlog.read_many(extents)
+        wanted = list(range(queue_offset, queue_offset + len(columns.queue_offsets)))
+        for index, found in enumerate(
+            columns.queue_offsets if columns.queue_offsets != wanted else []
+        ):
+            if found != queue_offset + index:
+                raise CorruptStore(
+                    f"consume queue entry for queue offset {queue_offset + index} points at "
+                    f"physical offset {extents[index][0]}, which holds {columns.topics[index]} "
+                    f"queue {columns.queue_ids[index]} offset {found}"
+                )
+        read = len(columns.queue_offsets)
         return MessageColumns(
-            status, offsets, stored, properties, bodies, queue_offset + len(offsets), low, high
+            ReadStatus.FOUND if read else ReadStatus.NO_MATCHED_MESSAGE,
+            columns.queue_offsets,
+            columns.stored_ms,
+            columns.properties,
+            columns.bodies,
+            queue_offset + read,
+            low,
+            high,
         )
 
     def _read_status_locked(
