@@ -1,16 +1,19 @@
 """Audit throughput: revive-log records scanned and joined per second on Spark ``local[2]``.
 
-What is measured: a headline case of ``--records`` (1M) records in 8 revive queues, and
-a scaling series of ``--scaling-records`` (200k) records for 1, 2, 4 and 8 revive
-queues (one data-source partition per revive queue; ``local[2]`` runs two at a time):
+What is measured: a headline case of ``--records`` (1M) records in one broker's 8
+revive queues, and a broker series: ``--scaling-records`` (300k) records in each of
+1, 2 and 3 brokers (one admin server process each; one data-source partition per
+(broker, revive queue); ``local[2]`` runs two at a time):
 
 * ``scan``: ``spark.read.format("popfleet")`` of the ``revive_log`` table,
   counted -- admin-API streaming scans into Spark rows;
-* ``scan_join``: the same read, cached as the job caches it, through the revive
-  backlog transforms (CK/ACK join per group, per-group report), collected -- the
-  audit's work. A warm-up read comes first (Python workers, imports).
+* ``scan_join``: the audit's work as the job does it: the ``revive_keys`` table (the
+  same scan with the CK/ACK matching done per revive-queue partition as it is read),
+  cached, through the revive backlog transforms (per-CK states, per-group report),
+  collected. A warm-up on the first records of each queue comes first (Python
+  workers, imports, the JVM's code generation).
 
-Both cases run for each revive-log transfer of the data source, side by side:
+The headline runs for each revive-log transfer of the data source, side by side:
 ``batches`` (the default: ``ScanReviveLogBatches``, Arrow record batches handed to
 Spark as they are) and ``records`` (the older path: ``ScanReviveLog``, one Python
 tuple per record, also the fallback for brokers without the batch RPC). Each
@@ -22,13 +25,14 @@ average (1, 5, 15 min) when it started; figures taken at a 1-minute load above
 The records are honest revive-log records: checkpoints of 8 messages each and
 one ACK record per checkpoint acking half of them, encoded by the broker's own
 record codec and appended straight into a broker store (``LocalStore``, the
-store API) with the wanted number of revive queues, by a child process
+store API) with the wanted number of revive queues, by a child process per broker
 (``python -m bench.audit_throughput serve ...``) that then serves that open
 store's admin API on 127.0.0.1; the audit reads it like a live broker. Bounded
-by the record count; each case runs ``--repeats`` times (median reported). Nothing asserts a
-timing. Run: ``make bench`` or ``python -m bench.audit_throughput [--records N]
-[--queues 1,2,4,8] [--scaling-records N, 0 = no scaling series] [--transfers batches,records]
-[--repeats 1]``; JSON to bench/results/audit_throughput.json.
+by the record count; each case runs ``--repeats`` (3) times, the median is
+reported. Nothing asserts a timing. Run: ``make bench`` or ``python -m
+bench.audit_throughput [--records N] [--queues 8] [--brokers 1,2,3]
+[--scaling-records N, 0 = no broker series] [--transfers batches,records]
+[--repeats 3]``; JSON to bench/results/audit_throughput.json.
 """
 
 from __future__ import annotations
@@ -62,17 +66,17 @@ WARM_UP_RECORDS = 2_000  # per revive queue
 START_TIMEOUT_S = 1_200.0  # includes generating up to 1M records on a loaded machine
 
 
-def _settings(revive_queues: int) -> StoreSettings:
+def _settings(revive_queues: int, broker_name: str = BROKER) -> StoreSettings:
     return StoreSettings(
         cluster=CLUSTER,
-        broker_name=BROKER,
+        broker_name=broker_name,
         revive_queue_num=revive_queues,
         segment_bytes=256 * 1024 * 1024,
     )
 
 
 def _records(
-    index: int, revive_queues: int, now_ms: int
+    index: int, revive_queues: int, now_ms: int, broker_name: str = BROKER
 ) -> list[tuple[int, records.EncodedRecord]]:
     """CK ``index`` and its ACK (half the messages), in the CK's revive queue."""
     revive_queue_id = index % revive_queues
@@ -87,19 +91,21 @@ def _records(
         pop_time_ms=now_ms - (index % 600) * 1_000,
         invisible_ms=60_000,
         revive_queue_id=revive_queue_id,
-        broker_name=BROKER,
+        broker_name=broker_name,
     )
     ack = records.ack_for(ck.key, offsets[::2])
     return [(revive_queue_id, records.encode(ck)), (revive_queue_id, records.encode(ack))]
 
 
-async def _generate(store: LocalStore, revive_queues: int, total_records: int) -> float:
+async def _generate(
+    store: LocalStore, revive_queues: int, total_records: int, broker_name: str = BROKER
+) -> float:
     topic = names.revive_topic(CLUSTER)
     now_ms = int(time.time() * 1000)
     started = time.perf_counter()
     pending: list[MessageToAppend] = []
     for index in range(total_records // 2):
-        for queue, encoded in _records(index, revive_queues, now_ms):
+        for queue, encoded in _records(index, revive_queues, now_ms, broker_name):
             pending.append(
                 MessageToAppend(
                     topic=topic,
@@ -116,10 +122,12 @@ async def _generate(store: LocalStore, revive_queues: int, total_records: int) -
     return time.perf_counter() - started
 
 
-async def _serve(data_dir: Path, revive_queues: int, total_records: int, ready_file: Path) -> None:
+async def _serve(
+    data_dir: Path, revive_queues: int, total_records: int, ready_file: Path, broker_name: str
+) -> None:
     """Generate the records into a fresh store, then serve its admin API until SIGTERM."""
-    store = LocalStore.open(data_dir, _settings(revive_queues))
-    generate_s = await _generate(store, revive_queues, total_records)
+    store = LocalStore.open(data_dir, _settings(revive_queues, broker_name))
+    generate_s = await _generate(store, revive_queues, total_records, broker_name)
     server = await serve_admin(store, listen="127.0.0.1:0")
     tmp = ready_file.with_suffix(".tmp")
     tmp.write_text(f"{server.port} {generate_s}")
@@ -132,14 +140,14 @@ async def _serve(data_dir: Path, revive_queues: int, total_records: int, ready_f
 
 
 def _start_server(
-    data_dir: Path, revive_queues: int, total_records: int
+    data_dir: Path, revive_queues: int, total_records: int, broker_name: str = BROKER
 ) -> tuple[subprocess.Popen[bytes], str, float]:
-    ready_file = data_dir.parent / "ready"
+    ready_file = data_dir.parent / f"ready-{broker_name}"
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "bench.audit_throughput", "serve", "--data-dir", str(data_dir),
          "--revive-queues", str(revive_queues), "--records", str(total_records),
-         "--ready-file", str(ready_file)],
+         "--ready-file", str(ready_file), "--broker-name", broker_name],
     )  # fmt: skip
     deadline = time.monotonic() + START_TIMEOUT_S
     while not ready_file.exists():
@@ -182,7 +190,7 @@ def _warm_up_join(spark: Any, target: str, transfer: str) -> None:
     before the measured runs, whichever transfer comes first."""
     from popfleet_audit import backlog, datasource  # noqa: PLC0415 - only with Spark up
 
-    plan = datasource.plan_revive_log([target], token=None, start_from="earliest")
+    plan = datasource.plan_revive_log(target.split(","), token=None, start_from="earliest")
     ends = {p.key: min(p.end_queue_offset, p.start_queue_offset + WARM_UP_RECORDS) for p in plan}
 
     def frame(table: str) -> Any:
@@ -238,26 +246,39 @@ def _case(
     revive_queues: int,
     total_records: int,
     *,
+    brokers: int = 1,
     repeats: int,
     transfers: list[str],
 ) -> dict[str, Any]:
-    data_dir = tmp / f"q{revive_queues}-{total_records}" / "data"
-    proc, target, generate_s = _start_server(data_dir, revive_queues, total_records)
-    case: dict[str, Any] = {}
+    """``total_records`` in each of ``brokers`` admin servers (one process each)."""
+    servers = [
+        _start_server(
+            tmp / f"b{brokers}-q{revive_queues}-{total_records}" / f"data-{b}",
+            revive_queues,
+            total_records,
+            broker_name=f"broker-{b}",
+        )
+        for b in range(brokers)
+    ]
+    target = ",".join(address for _, address, _ in servers)
+    case: dict[str, Any] = {"brokers": brokers}
     try:
-        case["revive_stats_first_then_second_s"] = _revive_stats_s(target)
+        case["revive_stats_first_then_second_s"] = _revive_stats_s(servers[0][1])
+        for _, address, _ in servers[1:]:
+            _revive_stats_s(address)  # each broker's first (long) call before measuring
         for transfer in transfers:
             case[transfer] = _measure(spark, target, repeats, transfer)
             shown = {k: round(v) for k, v in case[transfer].items() if k.endswith("per_s")}
             print(
-                f"{revive_queues} revive queues, {total_records} records, {transfer}: {shown} "
-                f"(load {case[transfer]['load_average_at_start']})",
+                f"{brokers} broker(s) x {revive_queues} revive queues x {total_records} records, "
+                f"{transfer}: {shown} (load {case[transfer]['load_average_at_start']})",
                 flush=True,
             )
     finally:
-        _stop_server(proc)
-    case["generate_s"] = generate_s
-    case["expected_unacked_messages"] = (total_records // 2) * MESSAGES_PER_CK // 2
+        for proc, _, _ in servers:
+            _stop_server(proc)
+    case["generate_s"] = max(generate_s for _, _, generate_s in servers)
+    case["expected_unacked_messages"] = brokers * (total_records // 2) * MESSAGES_PER_CK // 2
     if {"batches", "records"} <= set(transfers):
         for kind in ("scan", "scan_join"):
             key = f"{kind}_records_per_s"
@@ -269,27 +290,39 @@ def _bench(args: argparse.Namespace) -> dict[str, Any]:
     from popfleet_audit import session  # noqa: PLC0415 - Spark only in the measuring process
 
     spark = session.build("local[2]", app_name="bench-audit-throughput")
-    options = {"repeats": args.repeats, "transfers": args.transfers}
     try:
         with tempfile.TemporaryDirectory(prefix="audit-bench-") as tmp:
-            headline = _case(spark, Path(tmp), max(args.queues), args.records, **options)
+            headline = _case(
+                spark,
+                Path(tmp),
+                args.queues,
+                args.records,
+                repeats=args.repeats,
+                transfers=args.transfers,
+            )
             scaling = {
-                str(n): _case(spark, Path(tmp), n, args.scaling_records, **options)
-                for n in (args.queues if args.scaling_records else [])
+                str(n): _case(
+                    spark,
+                    Path(tmp),
+                    args.queues,
+                    args.scaling_records,
+                    brokers=n,
+                    repeats=args.repeats,
+                    transfers=["batches"],
+                )
+                for n in (args.brokers if args.scaling_records else [])
             }
     finally:
         spark.stop()
-    for transfer in args.transfers:
-        if not scaling:
-            break
-        base = scaling[str(args.queues[0])][transfer]
+    if scaling:
+        base = scaling[str(args.brokers[0])]["batches"]
         for case in scaling.values():
             for kind in ("scan", "scan_join"):
                 key = f"{kind}_records_per_s"
-                case[transfer][f"{kind}_speedup_vs_{args.queues[0]}_queue"] = (
-                    case[transfer][key] / base[key]
+                case["batches"][f"{kind}_speedup_vs_{args.brokers[0]}_broker"] = (
+                    case["batches"][key] / base[key]
                 )
-    return {"headline": headline, "scaling_by_revive_queues": scaling}
+    return {"headline": headline, "scaling_by_brokers": scaling}
 
 
 def main() -> None:
@@ -300,16 +333,24 @@ def main() -> None:
     serve.add_argument("--revive-queues", type=int, required=True)
     serve.add_argument("--records", type=int, required=True)
     serve.add_argument("--ready-file", type=Path, required=True)
+    serve.add_argument("--broker-name", default=BROKER)
     parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--queues", type=int, default=8, help="revive queues per broker")
     parser.add_argument(
-        "--queues", type=lambda s: [int(p) for p in s.split(",")], default=[1, 2, 4, 8]
+        "--brokers", type=lambda s: [int(p) for p in s.split(",")], default=[1, 2, 3]
     )
-    parser.add_argument("--scaling-records", type=int, default=200_000)
-    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument(
+        "--scaling-records", type=int, default=300_000, help="per broker; 0 = no broker series"
+    )
+    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--transfers", type=lambda s: s.split(","), default=["batches", "records"])
     args = parser.parse_args()
     if args.command == "serve":
-        asyncio.run(_serve(args.data_dir, args.revive_queues, args.records, args.ready_file))
+        asyncio.run(
+            _serve(
+                args.data_dir, args.revive_queues, args.records, args.ready_file, args.broker_name
+            )
+        )
         return
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     results = _bench(args)
@@ -317,7 +358,8 @@ def main() -> None:
         "audit_throughput",
         {
             "records": args.records,
-            "scaling_records": args.scaling_records,
+            "revive_queues": args.queues,
+            "scaling_records_per_broker": args.scaling_records,
             "master": "local[2]",
             "repeats": args.repeats,
             "transfers": args.transfers,
