@@ -5,7 +5,7 @@ each revive-log partition as it reads it. A CK and every ACK of it live in the s
 revive queue, and a partition is one whole (broker, revive queue), so the matching
 is an aggregation pushed down to the partition: nothing is shuffled, and a record
 never becomes a Spark row. The rules are :mod:`popfleet_audit.backlog`'s steps 1-3
-(the Spark SQL formulation there, :func:`backlog.message_states`, is the reference
+(a Spark SQL formulation, ``tests/unit/audit/sql_reference.py``, is the reference
 the tests compare this with):
 
   1. Rows are grouped by the CK key (the eight ``backlog.CK_KEY`` columns, compared as

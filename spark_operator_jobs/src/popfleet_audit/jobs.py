@@ -15,6 +15,10 @@ from popfleet_audit import backlog, findings, lag_audit, metrics, outputs, reviv
 from popfleet_audit.config import AuditConfig
 from popfleet_audit.findings import AuditSummary
 
+REVIVE_READ_LOG = (  # the kind e2e quotes it (popfleet_e2e.auditing.REVIVE_RATE)
+    "revive backlog audit read %d records of %d revive queues on %d broker(s) in %.1f s "
+    "(%.0f records/s)"
+)
 log = logging.getLogger(__name__)
 
 
@@ -35,6 +39,7 @@ def run(spark: SparkSession, config: AuditConfig, *, token: str | None) -> Audit
         jobs.append("lag")
         log.info("lag audit done after %.1f s", time.monotonic() - started)
     if config.runs_revive:
+        revive_started = time.monotonic()
         inputs, revive = revive_backlog_audit.run(spark, config, token=token)
         groups = findings.merge_backlog(groups, findings.plain_rows(revive.totals.collect()))
         queues = findings.plain_rows(
@@ -43,6 +48,11 @@ def run(spark: SparkSession, config: AuditConfig, *, token: str | None) -> Audit
         scanned = backlog.records_read(revive.keys)
         positions = {"start": inputs.start_positions, "end": inputs.end_positions}
         jobs.append("revive")
+        took = time.monotonic() - revive_started
+        log.info(
+            REVIVE_READ_LOG,
+            scanned, len(inputs.end_positions), len(config.brokers), took, scanned / took,
+        )  # fmt: skip
         log.info("revive backlog audit done after %.1f s", time.monotonic() - started)
     summary = AuditSummary(
         run_id=config.run_id,

@@ -149,19 +149,24 @@ def test_revive_log_read_resumes_where_it_ended(spark: SparkSession, audited: Au
     assert not set(first_half) & set(second_half)
 
 
-@pytest.mark.timeout(600)  # two reads through the data source on a loaded machine
-def test_arrow_batches_and_record_rows_read_the_same(spark: SparkSession, audited: Audited) -> None:
+@pytest.mark.timeout(600)  # four reads through the data source on a loaded machine
+@pytest.mark.parametrize("table", ["revive_log", "revive_keys"])
+def test_arrow_batches_and_record_rows_read_the_same(
+    spark: SparkSession, audited: Audited, table: str
+) -> None:
+    """Both transfers, for the raw log and for the log matched per revive queue."""
+
     def read(transfer: str) -> list[tuple[object, ...]]:
         frame = (
             spark.read.format("popfleet")
             .option("brokers", audited.target)
-            .option("table", "revive_log")
+            .option("table", table)
             .option("from", "earliest")
             .option("transfer", transfer)
             .load()
             .drop("broker_now_ms")  # the broker's clock when each read was planned
         )
-        return sorted(tuple(row) for row in frame.collect())
+        return sorted((tuple(row) for row in frame.collect()), key=repr)
 
     batches = read("batches")
     assert len(batches) > 0

@@ -18,6 +18,7 @@ from pyspark.sql import functions as sf
 from pyspark.testing import assertDataFrameEqual
 
 from popfleet_audit import backlog, ckmatch, datasource, schemas
+from tests.unit.audit import sql_reference
 
 pytestmark = pytest.mark.timeout(600)  # the first test of a run starts the shared JVM
 
@@ -80,7 +81,7 @@ def _queues(spark: SparkSession, progress: dict[int, int | None]) -> DataFrame:
 def _states(
     spark: SparkSession, rows: list[tuple[object, ...]], progress: int | None = None
 ) -> DataFrame:
-    return backlog.message_states(
+    return sql_reference.message_states(
         _log(spark, rows), _queues(spark, {0: progress}), grace_ms=GRACE_MS
     )
 
@@ -117,7 +118,7 @@ def test_duplicate_and_late_acks_are_counted_not_errors(spark: SparkSession) -> 
         ack(4, [40], start=40, pop_time_ms=old),  # late: its CK was revived and passed
     ]
     log, keys = _log(spark, rows), _keys(spark, rows)
-    states = backlog.message_states(log, _queues(spark, {0: 0}), grace_ms=GRACE_MS)
+    states = sql_reference.message_states(log, _queues(spark, {0: 0}), grace_ms=GRACE_MS)
     assert _acked(states) == {(t, 0): True, (t, 1): True}
     report = backlog.group_backlog(
         backlog.checkpoint_states(keys, _queues(spark, {0: 0}), grace_ms=GRACE_MS),
@@ -209,19 +210,32 @@ def _random_log(seed: int, checkpoints: int) -> list[tuple[object, ...]]:
         offsets[0] = start
         bitmap = rng.getrandbits(len(offsets)) if rng.random() < 0.5 else 0
         pop_time = NOW - rng.randrange(3_600_000)
-        key = {
-            "pop_time_ms": pop_time,
-            "group": f"g{index % 4}",
-            "revive_queue_id": revive_queue_id,
-        }
+        group = f"g{index % 4}"
         acks = [
-            ack(0, rng.sample([*offsets, start + 64], rng.randint(1, 2)), start=start, **key)
+            ack(
+                0,
+                rng.sample([*offsets, start + 64], rng.randint(1, 2)),
+                start=start,
+                pop_time_ms=pop_time,
+                group=group,
+                revive_queue_id=revive_queue_id,
+            )
             for _ in range(rng.randrange(4))
         ]
+        bitmaps = [bitmap] + ([rng.getrandbits(len(offsets))] if rng.random() < 0.1 else [])
+        checkpoints_of_key = [
+            ck(
+                0,
+                offsets,
+                bitmap=b,
+                pop_time_ms=pop_time,
+                group=group,
+                revive_queue_id=revive_queue_id,
+            )
+            for b in bitmaps
+        ]
         before = rng.randrange(len(acks) + 1)
-        entries = [*acks[:before], ck(0, offsets, bitmap=bitmap, **key), *acks[before:]]
-        if rng.random() < 0.1:
-            entries.append(ck(0, offsets, bitmap=rng.getrandbits(len(offsets)), **key))
+        entries = [*acks[:before], checkpoints_of_key[0], *acks[before:], *checkpoints_of_key[1:]]
         for entry in entries:
             rows.append((*entry[:3], position, position + 1, *entry[5:]))
             position += 1
@@ -233,7 +247,7 @@ def test_checkpoint_states_sum_the_message_states(spark: SparkSession) -> None:
     rows = _random_log(seed=16, checkpoints=400)
     log = _log(spark, rows)
     queues = _queues(spark, {0: 40, 1: None, 2: 0})
-    messages = backlog.message_states(log, queues, grace_ms=GRACE_MS)
+    messages = sql_reference.message_states(log, queues, grace_ms=GRACE_MS)
     summed = messages.groupBy(*backlog.CK_KEY).agg(
         sf.sum(sf.when(~sf.col("acked"), 1).otherwise(0)).cast("long").alias("unacked"),
         sf.sum("duplicate_acks").cast("long").alias("duplicate_acks"),

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from popfleet_e2e import lifecycle, logs, operatorfaults, steps
+from popfleet_audit import jobs
+from popfleet_e2e import auditing, lifecycle, logs, operatorfaults, steps
 from popfleet_e2e.access import REPO, ScenarioError, loopback_only
 
 LISTING = """\
@@ -90,3 +91,12 @@ def test_log_lines_are_tied_to_objects_by_kopfs_prefix() -> None:
     )
     found = operatorfaults.lines_naming(text, "e2e", ["fleet-t1", "fleet-g1"])
     assert found == ["2026 INFO kopf.objects: [e2e/fleet-t1] Handler 'changed' succeeded."]
+
+
+def test_the_kind_step_reads_the_audits_revive_rate_line() -> None:
+    line = "popfleet_audit.jobs INFO " + jobs.REVIVE_READ_LOG % (1200, 24, 3, 2.54, 472.4)
+    found = auditing.REVIVE_RATE.search(line)
+    assert found is not None
+    assert (
+        found.group(1) == "1200 records of 24 revive queues on 3 broker(s) in 2.5 s (472 records/s)"
+    )

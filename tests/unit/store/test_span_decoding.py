@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from popbroker.store import format as fmt
 
 _NAMES = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00\x01\x02"),
+    st.characters(codec="utf-8", blacklist_characters="\x00\x01\x02"),
     min_size=1,
     max_size=20,
 )
@@ -26,7 +26,7 @@ _RECORDS = st.lists(
         st.dictionaries(
             _NAMES,
             st.text(
-                st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
+                st.characters(codec="utf-8", blacklist_characters="\x01\x02"),
                 max_size=8,
             ),
             max_size=3,

@@ -17,6 +17,7 @@ of enabling. Two shapes:
 
 from __future__ import annotations
 
+import re
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -122,11 +123,20 @@ def group_audit(access: ClusterAccess, group: str) -> Obj:
     return dict((access.get("consumergroup", group).get("status") or {}).get("audit") or {})
 
 
-def _run_logs(access: ClusterAccess, run: str) -> str:
+def _run_logs(access: ClusterAccess, run: str, *, tail: int = 40) -> str:
     try:
-        return access.kubectl("logs", f"job/{run}", "-n", access.namespace, "--tail=40")
+        return access.kubectl("logs", f"job/{run}", "-n", access.namespace, f"--tail={tail}")
     except ScenarioError as exc:
         return f"(no log: {exc})"
+
+
+REVIVE_RATE = re.compile(r"revive backlog audit read (\d+ records .*records/s\))")
+
+
+def revive_rate(access: ClusterAccess, run: str) -> str:
+    """What the run's driver says it read: records, revive queues, brokers, seconds, rate."""
+    found = REVIVE_RATE.search(_run_logs(access, run, tail=400))
+    return found.group(1) if found else "no revive read rate in the driver's log"
 
 
 def first_success(access: ClusterAccess, cluster: str, *, timeout_s: float) -> Obj:
@@ -202,7 +212,8 @@ def ran_with_executors(access: ClusterAccess, *, cluster: str, group: str, tally
     )  # fmt: skip
     return (
         f"{group}: {summary(found)}; {len(executors)} executor pods ({', '.join(executors)}), "
-        "all gone after the run; audits disabled again"
+        f"all gone after the run; revive read: {revive_rate(access, str(found['run']))}; "
+        "audits disabled again"
     )
 
 
