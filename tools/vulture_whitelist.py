@@ -99,3 +99,9 @@ _.buffered
 # -- a synchronous close for the store tests that simulate a crash between two opens (32
 #    callers there); production closes through the async close().
 _.close_sync
+
+# -- logging.LogRecord attributes a filter rewrites (the logging module's formatters read
+#    them): popbroker.roles.running.ClientGoneFilter.
+_.levelname
+_.exc_info
+_.exc_text

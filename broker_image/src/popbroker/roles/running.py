@@ -68,6 +68,27 @@ def configure_logging(level: str, *, separator: str = "") -> None:
         level=level.upper(),
         format=f"%(asctime)s %(levelname)s %(name)s{separator} %(message)s",
     )
+    grpc_core = logging.getLogger(GRPC_CORE_LOGGER)
+    if not any(isinstance(f, ClientGoneFilter) for f in grpc_core.filters):
+        grpc_core.addFilter(ClientGoneFilter())
+
+
+GRPC_CORE_LOGGER = "grpc._cython.cygrpc"
+CLIENT_GONE = "ExecuteBatchError raised in core by servicer method"
+
+
+class ClientGoneFilter(logging.Filter):
+    """grpc.aio logs an ERROR with a traceback when an answer cannot be written because
+    the client already closed the call (a kubelet probe that timed out on a busy node, a
+    client that gave up): the server did nothing wrong. Such a line is kept, as one
+    WARNING line saying so; every other record passes unchanged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and str(record.msg).startswith(CLIENT_GONE):
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.msg = f"{record.getMessage()}: the client closed the call before its answer"
+            record.args, record.exc_info, record.exc_text = None, None, None
+        return True
 
 
 def add_metrics_flags(parser: argparse.ArgumentParser) -> None:
