@@ -50,7 +50,7 @@ def match_batches(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]
     """One partition's revive-log batches (a whole revive queue) in, its key rows out."""
     received = [batch for batch in batches if batch.num_rows]
     if received:
-        yield from match(pa.Table.from_batches(received).select(list(READ_COLUMNS))).to_batches()
+        yield from match(pa.Table.from_batches(received)).to_batches()
 
 
 def _codes(column: Any) -> np.ndarray:
@@ -83,6 +83,7 @@ def _lists(column: Any, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def match(table: pa.Table) -> pa.Table:
     """Key rows (module docstring) of one partition's revive-log rows."""
+    table = table.select(list(READ_COLUMNS))
     kinds = table.column("kind")
     is_ck_all = np.asarray(pc.equal(kinds, "CHECKPOINT"))
     is_ack_all = np.asarray(pc.is_in(kinds, pa.array(["ACK", "BATCH_ACK"])))

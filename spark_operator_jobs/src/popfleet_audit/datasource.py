@@ -198,7 +198,7 @@ class PopfleetReader(DataSourceReader):
                 token=token,
             )
             if self._table == "revive_keys":
-                batches = records if self._transfer == "batches" else _as_batches(records)
+                batches = records if self._transfer == "batches" else rows_as_batches(records)
                 yield from ckmatch.match_batches(batches)
             else:
                 yield from records
@@ -211,7 +211,7 @@ class PopfleetReader(DataSourceReader):
         yield from queues if self._table == "revive_queues" else groups
 
 
-def _as_batches(rows: Iterator[Any], size: int = 8192) -> Iterator[Any]:
+def rows_as_batches(rows: Iterator[Any], size: int = 8192) -> Iterator[Any]:
     """REVIVE_LOG rows (``transfer=records``) as Arrow record batches of ``size`` rows."""
     schema = fleetscan.revive_log_arrow_schema()
     chunk: list[Any] = []

@@ -66,8 +66,7 @@ def _log(spark: SparkSession, rows: list[tuple[object, ...]]) -> DataFrame:
 
 def _keys(spark: SparkSession, rows: list[tuple[object, ...]]) -> DataFrame:
     """``revive_keys`` rows of a log of one partition, as the data source makes them."""
-    table = pa.Table.from_batches(datasource._as_batches(iter(rows)))
-    matched = ckmatch.match(table.select(list(ckmatch.READ_COLUMNS)))
+    matched = ckmatch.match(pa.Table.from_batches(datasource.rows_as_batches(iter(rows))))
     return spark.createDataFrame(
         [tuple(row.values()) for row in matched.to_pylist()], schemas.REVIVE_KEYS
     )

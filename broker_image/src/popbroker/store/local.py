@@ -682,10 +682,7 @@ class LocalStore:
             entries = cq.raw_entries(queue_offset, count)
             extents = [(physical, size) for physical, size, _ in entries]
             columns = self.commitlog.read_many(extents)
-        wanted = list(range(queue_offset, queue_offset + len(columns.queue_offsets)))
-        for index, found in enumerate(
-            columns.queue_offsets if columns.queue_offsets != wanted else []
-        ):
+        for index, found in enumerate(columns.queue_offsets):
             if found != queue_offset + index:
                 raise CorruptStore(
                     f"consume queue entry for queue offset {queue_offset + index} points at "
