@@ -48,10 +48,13 @@ from typing import Any
 from bench import common
 from bench.peers import cpu, loadgen, procs, rocketmq, servers, summary
 
-SYSTEMS = ("popfleet", "popfleet-roles", "rocketmq", "nats", "redis")
-POPFLEET = ("popfleet", "popfleet-roles")
+SYSTEMS = (
+    "popfleet", "popfleet-roles", "popfleet-front", "popfleet-roles-front",
+    "rocketmq", "nats", "redis",
+)  # fmt: skip
+POPFLEET = ("popfleet", "popfleet-roles", "popfleet-front", "popfleet-roles-front")
 PEERS = ("rocketmq", "nats", "redis")
-PROTOCOL = {"popfleet": "popfleet", "popfleet-roles": "popfleet", "rocketmq": "rocketmq"}
+PROTOCOL = {**{system: "popfleet" for system in POPFLEET}, "rocketmq": "rocketmq"}
 TOPICS = ("warmup", "bench", "e2e", "lat", "redeliver", "rechange")
 GROUPS = ("gwarm", "g1", "g4", "ge2e", "glat", "gre", "grc")
 READY_TRIES = 15
@@ -94,12 +97,8 @@ def start(
     system: str, work_dir: Path, *, binaries: servers.Binaries | None, lib: Path | None
 ) -> procs.ServerSet:
     """Start one system on loopback in ``work_dir``; topics and groups as TOPICS, GROUPS."""
-    if system == "popfleet":
-        topics = [servers.PopfleetTopic(t) for t in TOPICS]
-        return procs.ServerSet.of(servers.start_popfleet(work_dir, topics=topics, groups=GROUPS))
-    if system == "popfleet-roles":
-        topics = [servers.PopfleetTopic(t) for t in TOPICS]
-        return servers.start_popfleet_roles(work_dir, topics=topics, groups=GROUPS)
+    if system in POPFLEET:
+        return _start_popfleet(system, work_dir)
     if system == "rocketmq":
         assert lib is not None
         return rocketmq.start(work_dir, lib=lib, topics=TOPICS, groups=GROUPS)
@@ -107,6 +106,34 @@ def start(
     if system == "nats":
         return procs.ServerSet.of(servers.start_nats(binaries, work_dir))
     return procs.ServerSet.of(servers.start_redis(binaries, work_dir))
+
+
+def _start_popfleet(system: str, work_dir: Path) -> procs.ServerSet:
+    """A popfleet shape; the ``-front`` ones with ``popfront`` on the client port."""
+    topics = [servers.PopfleetTopic(t) for t in TOPICS]
+    front = system.endswith("-front")
+    client_port = procs.free_port() if front else None
+    if system.startswith("popfleet-roles"):
+        broker = servers.start_popfleet_roles(
+            work_dir, topics=topics, groups=GROUPS, advertise_port=client_port
+        )
+    else:
+        broker = procs.ServerSet.of(
+            servers.start_popfleet(work_dir, topics=topics, groups=GROUPS, advertise_port=client_port)
+        )
+    if client_port is None:
+        return broker
+    try:
+        binary = loadgen.ensure_built(loadgen.FRONT_SOURCE, name="popfront")
+        popfront = servers.start_front(
+            binary, work_dir, upstream=broker.endpoint, port=client_port
+        )
+    except BaseException:
+        broker.stop()
+        raise
+    return procs.ServerSet(
+        name=system, endpoint=popfront.endpoint, processes=[*broker.processes, popfront]
+    )
 
 
 def measure(

@@ -30,6 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = ROOT / "bench" / "loadgen"
+FRONT_SOURCE = ROOT / "broker_image" / "front"
 CACHE = Path.home() / ".cache" / "popfleet"
 GO_FALLBACK = Path("/usr/local/go/bin/go")
 BUILD_TIMEOUT_S = 1200.0
@@ -48,8 +49,8 @@ def source_digest(source: Path = SOURCE) -> str:
     return digest.hexdigest()[:12]
 
 
-def binary_path(source: Path = SOURCE, *, cache: Path = CACHE) -> Path:
-    return cache / f"loadgen-{source_digest(source)}" / "loadgen"
+def binary_path(source: Path = SOURCE, *, cache: Path = CACHE, name: str = "loadgen") -> Path:
+    return cache / f"{name}-{source_digest(source)}" / name
 
 
 def go_command() -> str:
@@ -63,15 +64,18 @@ def go_command() -> str:
     )
 
 
-def ensure_built(source: Path = SOURCE, *, cache: Path = CACHE) -> Path:
-    """The binary for the current sources, built when it is not in the cache yet."""
-    target = binary_path(source, cache=cache)
+def ensure_built(source: Path = SOURCE, *, cache: Path = CACHE, name: str = "loadgen") -> Path:
+    """The binary for the current sources, built when it is not in the cache yet.
+
+    Also builds the broker's front end (``name="popfront"``, :data:`FRONT_SOURCE`).
+    """
+    target = binary_path(source, cache=cache, name=name)
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
-    argv = [go_command(), "build", "-trimpath", "-o", str(partial), "."]
+    argv = [go_command(), "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), "."]
     try:
         out = subprocess.run(
             argv,

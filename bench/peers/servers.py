@@ -220,8 +220,13 @@ def _popbroker_env() -> dict[str, str]:
 
 
 def start_popfleet(
-    work_dir: Path, *, topics: Sequence[PopfleetTopic], groups: Sequence[str]
+    work_dir: Path,
+    *,
+    topics: Sequence[PopfleetTopic],
+    groups: Sequence[str],
+    advertise_port: int | None = None,
 ) -> procs.ServerProcess:
+    """``popbroker all``; ``advertise_port``: the port routes name (a front end's)."""
     data_dir = work_dir / "data"
     asyncio.run(_seed_popfleet(data_dir, topics, groups))
     port = procs.free_port()
@@ -231,6 +236,7 @@ def start_popfleet(
         "all",
         "--data-dir", str(data_dir),
         "--listen", f"{procs.HOST}:{port}",
+        "--advertise", f"{procs.HOST}:{advertise_port or port}",
         "--port-file", str(port_file),
     ]  # fmt: skip
     return procs.start(
@@ -245,7 +251,11 @@ def start_popfleet(
 
 
 def start_popfleet_roles(
-    work_dir: Path, *, topics: Sequence[PopfleetTopic], groups: Sequence[str]
+    work_dir: Path,
+    *,
+    topics: Sequence[PopfleetTopic],
+    groups: Sequence[str],
+    advertise_port: int | None = None,
 ) -> procs.ServerSet:
     """popfleet as a broker pod runs it: store, popack and revive processes (module doc)."""
     data_dir = work_dir / "data"
@@ -264,7 +274,9 @@ def start_popfleet_roles(
         (
             "popack",
             ["popack", "--store-socket", str(socket_path),
-             "--listen", f"{procs.HOST}:{port}", "--port-file", str(port_file)],
+             "--listen", f"{procs.HOST}:{port}",
+             "--advertise", f"{procs.HOST}:{advertise_port or port}",
+             "--port-file", str(port_file)],
             lambda _port: port_file.exists(),
             port,
         ),
@@ -289,4 +301,23 @@ def start_popfleet_roles(
         raise
     return procs.ServerSet(
         name="popfleet-roles", endpoint=f"{procs.HOST}:{port}", processes=started
+    )
+
+
+def start_front(binary: Path, work_dir: Path, *, upstream: str, port: int) -> procs.ServerProcess:
+    """The ``popfront`` front end on ``port``, forwarding to the v2 endpoint ``upstream``."""
+    port_file = work_dir / "front-port"
+    argv = [
+        str(binary),
+        "-listen", f"{procs.HOST}:{port}",
+        "-upstream", upstream,
+        "-port-file", str(port_file),
+    ]  # fmt: skip
+    return procs.start(
+        "popfront",
+        argv,
+        work_dir=work_dir,
+        port=port,
+        ready=lambda _port: port_file.exists(),
+        ready_timeout_s=15.0,
     )

@@ -17,6 +17,7 @@ import grpc
 
 from popbroker.auth.accounts import Accounts
 from popbroker.grpc.authguard import AuthGuard
+from popbroker.grpc.front import FrontBatching
 from popbroker.grpc.observing import CallCounter
 from popbroker.metrics.popack import PopackMetrics
 
@@ -50,7 +51,9 @@ class EdgeOptions:
     metrics: PopackMetrics | None = None
 
     def interceptors(self) -> list[Any]:
-        chain: list[Any] = []
+        # First: the front end's batched receive runs the rest of the chain as a
+        # ReceiveMessage, so it is counted and guarded as one (popbroker.grpc.front).
+        chain: list[Any] = [FrontBatching()]
         if self.metrics is not None:
             chain.append(CallCounter(self.metrics))
         if self.accounts is not None:

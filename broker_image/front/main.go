@@ -1,0 +1,154 @@
+// popfront is popfleet's compiled front end for the RocketMQ v2 gRPC protocol.
+//
+// It terminates the clients' connections and forwards every call, frame by
+// frame and without decoding it, to a popack endpoint (popbroker's v2
+// server), with the client's metadata, deadline and cancellation. The one
+// exception is MessagingService/ReceiveMessage: the v2 answer is a stream with
+// one response per message, which costs the Python server about 60 µs of CPU
+// per message; popfront asks popack for the whole answer as one unary call
+// (popfleet.front.v1.Front/ReceiveMessage, answered with a ReceiveBatch:
+// repeated bytes responses = 1) and writes the responses to the client itself.
+//
+// Usage:
+//
+//	popfront -listen HOST:PORT -upstream TARGET [-port-file PATH]
+//	         [-tls-cert PEM -tls-key PEM] [-max-recv-bytes N]
+//
+// TARGET is a gRPC target: unix:///path/to/socket or HOST:PORT. Only the
+// client-facing side speaks TLS; the upstream is a Unix socket or loopback in
+// the same pod. Design note: docs/design/2026-11-27-compiled-front-end.md.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/encoding/gzip" // clients may compress their requests
+	"google.golang.org/grpc/keepalive"
+)
+
+type options struct {
+	listen, upstream, portFile string
+	tlsCert, tlsKey            string
+	maxRecvBytes               int
+	drain                      time.Duration
+}
+
+func parseFlags(args []string) (options, error) {
+	var o options
+	fs := flag.NewFlagSet("popfront", flag.ContinueOnError)
+	fs.StringVar(&o.listen, "listen", "", "HOST:PORT the clients connect to")
+	fs.StringVar(&o.upstream, "upstream", "", "gRPC target of the popack endpoint (unix:///path or HOST:PORT)")
+	fs.StringVar(&o.portFile, "port-file", "", "write the bound port here once serving")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain: the client side speaks TLS only")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
+	fs.IntVar(&o.maxRecvBytes, "max-recv-bytes", 80<<20, "largest request frame accepted from a client")
+	fs.DurationVar(&o.drain, "drain", 2*time.Second, "on SIGTERM, time running calls get before they are cut")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.listen == "" || o.upstream == "" {
+		return o, errors.New("-listen and -upstream are required")
+	}
+	if (o.tlsCert == "") != (o.tlsKey == "") {
+		return o, errors.New("-tls-cert and -tls-key go together")
+	}
+	if o.maxRecvBytes <= 0 {
+		return o, fmt.Errorf("-max-recv-bytes %d: must be positive", o.maxRecvBytes)
+	}
+	return o, nil
+}
+
+func main() {
+	log.SetFlags(log.LstdFlags | log.LUTC)
+	log.SetPrefix("popfront ")
+	o, err := parseFlags(os.Args[1:])
+	if err != nil {
+		log.Printf("%v", err)
+		os.Exit(2)
+	}
+	if err := run(o); err != nil {
+		log.Printf("%v", err)
+		os.Exit(1)
+	}
+}
+
+func run(o options) error {
+	upstream, err := grpc.NewClient(o.upstream,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{}), grpc.MaxCallRecvMsgSize(1<<31-1),
+			grpc.MaxCallSendMsgSize(o.maxRecvBytes)),
+	)
+	if err != nil {
+		return fmt.Errorf("-upstream %q: %w", o.upstream, err)
+	}
+	defer upstream.Close()
+
+	serverOpts := []grpc.ServerOption{
+		grpc.ForceServerCodecV2(rawCodec{}),
+		grpc.UnknownServiceHandler(newProxy(upstream).handle),
+		grpc.MaxRecvMsgSize(o.maxRecvBytes),
+		// The official clients ping idle connections more often than grpc-go's default
+		// policy (5 min) allows; refusing them would close their connections.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{
+			MinTime: 10 * time.Second, PermitWithoutStream: true,
+		}),
+	}
+	if o.tlsCert != "" {
+		creds, err := credentials.NewServerTLSFromFile(o.tlsCert, o.tlsKey)
+		if err != nil {
+			return fmt.Errorf("-tls-cert/-tls-key: %w", err)
+		}
+		serverOpts = append(serverOpts, grpc.Creds(creds))
+	}
+	server := grpc.NewServer(serverOpts...)
+
+	lis, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return fmt.Errorf("-listen %q: %w", o.listen, err)
+	}
+	port := lis.Addr().(*net.TCPAddr).Port
+	if o.portFile != "" {
+		if err := writeFileAtomic(o.portFile, strconv.Itoa(port)+"\n"); err != nil {
+			return fmt.Errorf("-port-file: %w", err)
+		}
+	}
+	log.Printf("serving on %s, forwarding to %s (tls %v)", lis.Addr(), o.upstream, o.tlsCert != "")
+
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		sig := <-stop
+		log.Printf("%v: draining for up to %v", sig, o.drain)
+		done := make(chan struct{})
+		go func() { server.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(o.drain):
+			server.Stop()
+		}
+	}()
+	return server.Serve(lis)
+}
+
+// writeFileAtomic writes through a temporary file and a rename, so a reader
+// never sees a partial port.
+func writeFileAtomic(path, text string) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(text), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+const (
+	v2Receive    = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
+	frontReceive = "/popfleet.front.v1.Front/ReceiveMessage"
+)
+
+// frame is one gRPC message, kept as its encoded bytes.
+type frame []byte
+
+// rawCodec moves frames without decoding them.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+
+func (rawCodec) Marshal(v any) (mem.BufferSlice, error) {
+	f, ok := v.(*frame)
+	if !ok {
+		return nil, status.Errorf(codes.Internal, "popfront: cannot marshal %T", v)
+	}
+	return mem.BufferSlice{mem.SliceBuffer(*f)}, nil
+}
+
+func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	f, ok := v.(*frame)
+	if !ok {
+		return status.Errorf(codes.Internal, "popfront: cannot unmarshal into %T", v)
+	}
+	*f = data.Materialize()
+	return nil
+}
+
+type proxy struct {
+	upstream *grpc.ClientConn
+}
+
+func newProxy(upstream *grpc.ClientConn) *proxy { return &proxy{upstream: upstream} }
+
+var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
+
+// handle serves any method: ReceiveMessage through the batched call, the rest as is.
+func (p *proxy) handle(_ any, stream grpc.ServerStream) error {
+	method, ok := grpc.MethodFromServerStream(stream)
+	if !ok {
+		return status.Error(codes.Internal, "popfront: no method name on the stream")
+	}
+	ctx := outgoing(stream.Context())
+	if method == v2Receive {
+		return p.receive(ctx, stream)
+	}
+	return p.forward(ctx, method, stream)
+}
+
+// outgoing carries the client's metadata upstream. Pseudo-headers are dropped;
+// grpc-go itself skips the transport's reserved headers (content-type, te, ...).
+// The deadline and cancellation travel with the context.
+func outgoing(ctx context.Context) context.Context {
+	in, _ := metadata.FromIncomingContext(ctx)
+	out := make(metadata.MD, len(in))
+	for key, values := range in {
+		if !strings.HasPrefix(key, ":") {
+			out[key] = values
+		}
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
+
+// forward copies frames both ways until the upstream ends the call, then passes
+// its headers, trailers and status to the client. It serves unary, server-streaming
+// and bidi methods alike.
+func (p *proxy) forward(ctx context.Context, method string, stream grpc.ServerStream) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	up, err := p.upstream.NewStream(ctx, bothStreams, method)
+	if err != nil {
+		return err
+	}
+	go func() {
+		for {
+			var f frame
+			if err := stream.RecvMsg(&f); err != nil {
+				if errors.Is(err, io.EOF) {
+					_ = up.CloseSend()
+				} else {
+					cancel() // the client is gone: end the upstream call too
+				}
+				return
+			}
+			if err := up.SendMsg(&f); err != nil {
+				return // the upstream ended the call; its status comes from RecvMsg below
+			}
+		}
+	}()
+	headerSent := false
+	for {
+		var f frame
+		err := up.RecvMsg(&f)
+		if !headerSent {
+			if md, herr := up.Header(); herr == nil && len(md) > 0 {
+				if serr := stream.SendHeader(md); serr != nil {
+					return serr
+				}
+			}
+			headerSent = true
+		}
+		if err != nil {
+			stream.SetTrailer(up.Trailer())
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		if err := stream.SendMsg(&f); err != nil {
+			return err
+		}
+	}
+}
+
+// receive answers a ReceiveMessage from one batched upstream call.
+func (p *proxy) receive(ctx context.Context, stream grpc.ServerStream) error {
+	var request frame
+	if err := stream.RecvMsg(&request); err != nil {
+		return err
+	}
+	var batch frame
+	var header, trailer metadata.MD
+	err := p.upstream.Invoke(ctx, frontReceive, &request, &batch, grpc.Header(&header), grpc.Trailer(&trailer))
+	if len(header) > 0 {
+		if serr := stream.SendHeader(header); serr != nil {
+			return serr
+		}
+	}
+	stream.SetTrailer(trailer)
+	if err != nil {
+		return err
+	}
+	responses, err := splitBatch(batch)
+	if err != nil {
+		return status.Errorf(codes.Internal, "popfront: %v", err)
+	}
+	for i := range responses {
+		if err := stream.SendMsg(&responses[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// splitBatch reads a ReceiveBatch (repeated bytes responses = 1) into its frames.
+func splitBatch(b []byte) ([]frame, error) {
+	var out []frame
+	for len(b) > 0 {
+		num, typ, n := protowire.ConsumeTag(b)
+		if n < 0 {
+			return nil, protowire.ParseError(n)
+		}
+		b = b[n:]
+		if num != 1 || typ != protowire.BytesType {
+			return nil, errors.New("ReceiveBatch: unexpected field")
+		}
+		v, m := protowire.ConsumeBytes(b)
+		if m < 0 {
+			return nil, protowire.ParseError(m)
+		}
+		out = append(out, frame(v))
+		b = b[m:]
+	}
+	return out, nil
+}
