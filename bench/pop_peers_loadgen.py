@@ -119,15 +119,15 @@ def _start_popfleet(system: str, work_dir: Path) -> procs.ServerSet:
         )
     else:
         broker = procs.ServerSet.of(
-            servers.start_popfleet(work_dir, topics=topics, groups=GROUPS, advertise_port=client_port)
+            servers.start_popfleet(
+                work_dir, topics=topics, groups=GROUPS, advertise_port=client_port
+            )
         )
     if client_port is None:
         return broker
     try:
         binary = loadgen.ensure_built(loadgen.FRONT_SOURCE, name="popfront")
-        popfront = servers.start_front(
-            binary, work_dir, upstream=broker.endpoint, port=client_port
-        )
+        popfront = servers.start_front(binary, work_dir, upstream=broker.endpoint, port=client_port)
     except BaseException:
         broker.stop()
         raise

@@ -182,5 +182,10 @@ def run_phase(binary: Path, phase: Phase, *, netns_pid: int | None = None) -> di
     return parse_result(out.stdout, phase=phase.phase)
 
 
-if __name__ == "__main__":  # `make peer-loadgen`: build (or find) it and say where
-    print(ensure_built())
+if __name__ == "__main__":  # `make peer-loadgen` / `make front`: build (or find) it, say where
+    import sys
+
+    if sys.argv[1:] == ["popfront"]:
+        print(ensure_built(FRONT_SOURCE, name="popfront"))
+    else:
+        print(ensure_built())

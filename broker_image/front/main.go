@@ -151,4 +151,3 @@ func writeFileAtomic(path, text string) error {
 	}
 	return os.Rename(tmp, path)
 }
-

@@ -2,7 +2,10 @@
 
 ``broker`` runs each test against ``popbroker all`` and against the three
 role processes (store + popack + revive on a Unix socket): the same suite,
-both deployments (DESIGN §3).
+both deployments (DESIGN §3). The modules that prove the wire (official
+Python and Node.js clients, auth, TLS, bad input, change of invisible time,
+FIFO) also run both behind the compiled front end ``popfront``
+(``harness.WITH_FRONT``).
 
 The official client is used unmodified. Its local-IP probe (a UDP connect to
 8.8.8.8 to learn the outbound address) is pre-seeded with 127.0.0.1 before any
@@ -11,6 +14,7 @@ client exists, so the tests touch nothing but loopback.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,12 +57,10 @@ GROUPS = [
 ]
 
 
-@pytest.fixture(params=MODES)
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A fresh broker per test, in each deployment."""
-    process = BrokerProcess.start(
-        tmp_path / "broker", mode=str(request.param), topics=TOPICS, groups=GROUPS
-    )
+@contextlib.contextmanager
+def running(mode: str, work_dir: Path) -> Iterator[BrokerProcess]:
+    """A broker in ``mode`` with the suite's topics and groups, stopped afterwards."""
+    process = BrokerProcess.start(work_dir, mode=mode, topics=TOPICS, groups=GROUPS)
     try:
         yield process
     finally:
@@ -66,15 +68,18 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerPro
         print(process.logs())  # shown by pytest only when the test failed
 
 
+@pytest.fixture(params=MODES)
+def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A fresh broker per test, in each deployment. Modules that also run behind
+    popfront override it with ``params=WITH_FRONT``."""
+    with running(str(request.param), tmp_path / "broker") as process:
+        yield process
+
+
 @pytest.fixture(scope="module", params=MODES)
 def shared_broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
     """One broker per module and deployment, for tests that leave no state behind."""
-    process = BrokerProcess.start(
-        tmp_path_factory.mktemp("broker"), mode=str(request.param), topics=TOPICS, groups=GROUPS
-    )
-    try:
+    with running(str(request.param), tmp_path_factory.mktemp("broker")) as process:
         yield process
-    finally:
-        process.stop()

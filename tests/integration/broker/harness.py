@@ -23,6 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bench.peers import loadgen
 from popbroker.store.api import GroupConfig, TopicConfig
 from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
@@ -32,6 +33,14 @@ SEGMENT_BYTES = 8 * 1024 * 1024
 START_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 15.0
 MODES = ("all", "roles")
+FRONT_MODES = ("all-front", "roles-front")  # the same, behind popfront (popbroker.grpc.front)
+WITH_FRONT = MODES + FRONT_MODES
+TLS_FLAGS = ("--tls-cert", "--tls-key")  # behind popfront they are the front end's
+
+
+def endpoint_role(mode: str) -> str:
+    """The role that serves the v2 endpoint in ``mode`` (its flags go to it)."""
+    return "all" if mode.startswith("all") else "popack"
 
 
 def store_settings() -> StoreSettings:
@@ -108,8 +117,14 @@ class BrokerProcess:
         proc.wait(timeout=STOP_TIMEOUT_S)
         self.procs.remove(proc)
 
+    @property
+    def front(self) -> bool:
+        """The client port is popfront's, forwarding to the endpoint's Unix socket."""
+        return self.mode in FRONT_MODES
+
     def restart(self, name: str) -> None:
-        """Start a killed role again with its arguments; the endpoint gets a new port."""
+        """Start a killed role again with its arguments; the endpoint gets a new port
+        (behind popfront the client port stays the front end's)."""
         port_file = self.work_dir / "port"
         if name in ("popack", "all"):
             port_file.unlink(missing_ok=True)
@@ -118,7 +133,8 @@ class BrokerProcess:
             _wait_for(
                 port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=self.procs
             )
-            self.port = int(port_file.read_text().strip())
+            if not self.front:
+                self.port = int(port_file.read_text().strip())
 
     @classmethod
     def start(
@@ -136,7 +152,7 @@ class BrokerProcess:
 
         ``host``: another loopback address (``127.0.0.2``...) for the client endpoint.
         """
-        if admin and mode != "all":
+        if admin and not mode.startswith("all"):
             raise ValueError("the admin API is served by the all role here")
         if not host.startswith("127."):
             raise ValueError(f"{host}: brokers in tests listen on loopback only")
@@ -150,11 +166,52 @@ class BrokerProcess:
             raise
         return broker
 
+    def _take_tls_flags(self) -> list[str]:
+        """Move the endpoint role's TLS flags to popfront (``-tls-cert``, ``-tls-key``)."""
+        role = endpoint_role(self.mode)
+        args = list(self.extra_args.get(role, ()))
+        moved: list[str] = []
+        for flag in TLS_FLAGS:
+            if flag in args:
+                at = args.index(flag)
+                moved += [flag[1:], args[at + 1]]
+                del args[at : at + 2]
+        self.extra_args = {**self.extra_args, role: args}
+        return moved
+
+    def _start_front(self) -> list[str]:
+        """Start popfront first (its port is what routes name); the endpoint's flags."""
+        front_port_file = self.work_dir / "front-port"
+        socket_path = self.work_dir / "popack.sock"
+        binary = loadgen.ensure_built(loadgen.FRONT_SOURCE, name="popfront")
+        tls = self._take_tls_flags()
+        log = (self.work_dir / "popfront.log").open("ab")
+        proc = subprocess.Popen(
+            [
+                str(binary),
+                "-listen", f"{self.host}:0",
+                "-upstream", f"unix://{socket_path}",
+                "-port-file", str(front_port_file),
+                *tls,
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        log.close()
+        self.procs.append(proc)
+        self.roles["popfront"] = proc
+        _wait_for(
+            front_port_file.exists, what="popfront", timeout_s=START_TIMEOUT_S, procs=self.procs
+        )
+        self.port = int(front_port_file.read_text().strip())
+        return ["--listen", f"unix:{socket_path}", "--advertise", f"{self.host}:{self.port}"]
+
     def _start_processes(self, *, admin: bool) -> None:
         port_file = self.work_dir / "port"
         admin_port_file = self.work_dir / "admin-port"
         settings = store_settings()
-        if self.mode == "all":
+        listen = self._start_front() if self.front else ["--listen", f"{self.host}:0"]
+        if self.mode.startswith("all"):
             admin_args = (
                 ["--admin-listen", "127.0.0.1:0", "--admin-port-file", str(admin_port_file)]
                 if admin
@@ -165,7 +222,7 @@ class BrokerProcess:
                 [
                     "all",
                     "--data-dir", str(self.data_dir),
-                    "--listen", f"{self.host}:0",
+                    *listen,
                     "--port-file", str(port_file),
                     "--segment-bytes", str(settings.segment_bytes),
                     *admin_args,
@@ -188,13 +245,14 @@ class BrokerProcess:
                 [
                     "popack",
                     "--store-socket", str(socket_path),
-                    "--listen", f"{self.host}:0",
+                    *listen,
                     "--port-file", str(port_file),
                 ],
             )  # fmt: skip
             self._spawn("revive", ["revive", "--store-socket", str(socket_path)])
         _wait_for(port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=self.procs)
-        self.port = int(port_file.read_text().strip())
+        if not self.front:
+            self.port = int(port_file.read_text().strip())
         if admin:
             self.admin_port = int(admin_port_file.read_text().strip())
 

@@ -31,7 +31,7 @@ from rocketmq.v5.exception import ForbiddenException
 from popbroker.auth import signature
 from tests.integration.broker import officialclient as oc
 from tests.integration.broker.conftest import GROUP, GROUPS, TOPIC, TOPICS
-from tests.integration.broker.harness import MODES, BrokerProcess
+from tests.integration.broker.harness import WITH_FRONT, BrokerProcess, endpoint_role
 
 ACCOUNTS = {
     "accounts": [
@@ -53,13 +53,13 @@ def write_credentials(directory: Path) -> Path:
     return path
 
 
-@pytest.fixture(scope="module", params=MODES)
+@pytest.fixture(scope="module", params=WITH_FRONT)
 def secured(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:
     work = tmp_path_factory.mktemp("secured")
     flags = ["--credentials-file", str(write_credentials(work))]
-    role = "all" if request.param == "all" else "popack"
+    role = endpoint_role(request.param)
     process = BrokerProcess.start(
         work / "broker", mode=str(request.param), topics=TOPICS, groups=GROUPS,
         extra_args={role: flags},

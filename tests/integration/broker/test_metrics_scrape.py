@@ -29,10 +29,11 @@ from rocketmq import Producer
 
 from tests.integration.broker import officialclient as oc
 from tests.integration.broker.conftest import GROUP, GROUPS, TOPIC, TOPICS
-from tests.integration.broker.harness import MODES, BrokerProcess
+from tests.integration.broker.harness import MODES, BrokerProcess, endpoint_role
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 ROLES = {"all": ("all",), "roles": ("store", "popack", "revive")}
+ROLES |= {f"{mode}-front": roles for mode, roles in list(ROLES.items())}
 POLL_DEADLINE_S = 60.0
 Observed = tuple[BrokerProcess, dict[str, Path]]
 
@@ -47,7 +48,7 @@ def observed(
         role: ["--metrics-listen", "127.0.0.1:0", "--metrics-port-file", str(path)]
         for role, path in port_files.items()
     }
-    extra["all" if mode == "all" else "popack"] += ["--pop-ck-stay-ms", "100"]
+    extra[endpoint_role(mode)] += ["--pop-ck-stay-ms", "100"]
     process = BrokerProcess.start(
         tmp_path / "broker", mode=mode, topics=TOPICS, groups=GROUPS, extra_args=extra
     )

@@ -23,18 +23,18 @@ from rocketmq.grpc_protocol import service_pb2_grpc as service_grpc
 
 from tests.integration.broker.certs import make_certificate
 from tests.integration.broker.conftest import GROUP, GROUPS, TOPIC, TOPICS
-from tests.integration.broker.harness import MODES, BrokerProcess
+from tests.integration.broker.harness import WITH_FRONT, BrokerProcess, endpoint_role
 
 PROBE = Path(__file__).with_name("tls_probe.py")
 
 
-@pytest.fixture(scope="module", params=MODES)
+@pytest.fixture(scope="module", params=WITH_FRONT)
 def tls_broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[BrokerProcess, Path]]:
     work = tmp_path_factory.mktemp("tls")
     cert, key = make_certificate(work)
-    role = "all" if request.param == "all" else "popack"
+    role = endpoint_role(request.param)
     process = BrokerProcess.start(
         work / "broker", mode=str(request.param), topics=TOPICS, groups=GROUPS,
         extra_args={role: ["--tls-cert", str(cert), "--tls-key", str(key)]},

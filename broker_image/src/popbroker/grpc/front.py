@@ -1,7 +1,7 @@
 """The compiled front end's batched receive: one unary answer per ``ReceiveMessage``.
 
 A v2 ``ReceiveMessage`` answer is a stream with one response per message, and
-on this machine grpc.aio spends about 60 µs of server CPU per streamed response
+on this machine grpc.aio spends about 60 microseconds of server CPU per streamed response
 (``bench/grpc_floor.py``), which is the whole per-message budget of issue 17.
 The front end (``broker_image/front``, the ``popfront`` binary) terminates the
 clients' connections and forwards every call to this endpoint unchanged, except
@@ -52,31 +52,6 @@ def encode_batch(serialized: Sequence[bytes]) -> bytes:
         out.append(size)
         out += item
     return bytes(out)
-
-
-def decode_batch(data: bytes) -> list[bytes]:
-    """The serialized responses of a ``ReceiveBatch`` (the tests' and tools' reader)."""
-    items: list[bytes] = []
-    pos, end = 0, len(data)
-    while pos < end:
-        if data[pos : pos + 1] != _RESPONSES_TAG:
-            raise ValueError(f"ReceiveBatch: unexpected tag at byte {pos}")
-        pos += 1
-        size = shift = 0
-        while True:
-            if pos >= end or shift > 63:
-                raise ValueError("ReceiveBatch: truncated length")
-            byte = data[pos]
-            pos += 1
-            size |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                break
-        if pos + size > end:
-            raise ValueError("ReceiveBatch: truncated response")
-        items.append(data[pos : pos + size])
-        pos += size
-    return items
 
 
 class FrontBatching(grpc.aio.ServerInterceptor):  # type: ignore[misc]

@@ -83,7 +83,12 @@ class PopackEndpoint:
             port = server.add_secure_port(listen, edge.tls.server_credentials())
         if port == 0:
             raise OSError(f"v2 endpoint: cannot bind {listen}")
-        host = Endpoint.parse(listen).host
+        if listen.startswith("unix:"):  # behind popfront: routes name the front end's port
+            if not advertise:
+                raise ValueError(f"--listen {listen}: a Unix socket needs --advertise HOST:PORT")
+            host = listen
+        else:
+            host = Endpoint.parse(listen).host
         advertised = Endpoint.parse(advertise) if advertise else Endpoint(host, port)
         services = await PopackServices.open(
             store, advertised=advertised, settings=base, clock=clock
@@ -98,9 +103,9 @@ class PopackEndpoint:
         endpoint = cls(services, server=server, port=port, advertised=advertised, health=health)
         await endpoint.set_serving(True)
         log.info(
-            "popack serving apache.rocketmq.v2.MessagingService on %s:%d (tls %s, auth %s)",
-            host,
-            port,
+            "popack serving the v2 MessagingService on %s (advertised %s, tls %s, auth %s)",
+            listen,
+            advertised,
             "on" if edge.tls else "off",
             "on" if edge.accounts else "off (anonymous clients)",
         )

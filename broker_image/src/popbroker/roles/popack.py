@@ -20,7 +20,10 @@ and how many long polls may park.
 ``--listen`` may use port 0; ``--port-file PATH`` then receives the bound port
 (written atomically once the endpoint serves), which is how tests and
 supervisors learn it without parsing logs. ``--advertise`` is the endpoint put
-into routes (default: the listen host and the bound port).
+into routes (default: the listen host and the bound port). ``--listen
+unix:PATH`` serves the compiled front end (``popfront -upstream unix://PATH``,
+:mod:`popbroker.grpc.front`), which owns the client port: ``--advertise`` is
+then required and names it.
 
 The client-edge and POP-tuning flags are the ``all`` role's too
 (:mod:`popbroker.roles.all` adds them with :func:`add_endpoint_flags`).
@@ -86,7 +89,11 @@ def _positive(text: str) -> int:
 
 def add_endpoint_flags(parser: argparse.ArgumentParser) -> None:
     """The v2 endpoint's flags: listen/advertise/port file, CLIENT-EDGE and POP-TUNING."""
-    parser.add_argument("--listen", required=True, help="HOST:PORT for the v2 endpoint")
+    parser.add_argument(
+        "--listen",
+        required=True,
+        help="HOST:PORT for the v2 endpoint, or unix:PATH behind popfront (needs --advertise)",
+    )
     parser.add_argument("--advertise", help="HOST:PORT put into routes")
     parser.add_argument("--port-file", type=Path, help="write the bound port here")
     parser.add_argument(
