@@ -115,19 +115,17 @@ def _start_popfleet(system: str, work_dir: Path) -> procs.ServerSet:
     client_port = procs.free_port() if front else None
     if system.startswith("popfleet-roles"):
         broker = servers.start_popfleet_roles(
-            work_dir, topics=topics, groups=GROUPS, advertise_port=client_port
+            work_dir, topics=topics, groups=GROUPS, front_port=client_port
         )
     else:
         broker = procs.ServerSet.of(
-            servers.start_popfleet(
-                work_dir, topics=topics, groups=GROUPS, advertise_port=client_port
-            )
+            servers.start_popfleet(work_dir, topics=topics, groups=GROUPS, front_port=client_port)
         )
     if client_port is None:
         return broker
     try:
         binary = loadgen.ensure_built(loadgen.FRONT_SOURCE, name="popfront")
-        popfront = servers.start_front(binary, work_dir, upstream=broker.endpoint, port=client_port)
+        popfront = servers.start_front(binary, work_dir, port=client_port)
     except BaseException:
         broker.stop()
         raise

@@ -47,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Installs without starting redis-server's (or any) service from the package scripts.
 INSTALL_COMMAND = f"{ROOT / 'scripts' / 'apt-install.sh'} nats-server redis-server"
 APT_TIMEOUT_S = 600.0
+FRONT_SOCKET = "popack.sock"  # popack's v2 endpoint behind popfront, in the work dir
 
 
 class PeerUnavailable(RuntimeError):
@@ -224,9 +225,9 @@ def start_popfleet(
     *,
     topics: Sequence[PopfleetTopic],
     groups: Sequence[str],
-    advertise_port: int | None = None,
+    front_port: int | None = None,
 ) -> procs.ServerProcess:
-    """``popbroker all``; ``advertise_port``: the port routes name (a front end's)."""
+    """``popbroker all``; with ``front_port``, behind popfront (:func:`start_front`) on it."""
     data_dir = work_dir / "data"
     asyncio.run(_seed_popfleet(data_dir, topics, groups))
     port = procs.free_port()
@@ -235,8 +236,7 @@ def start_popfleet(
         *popbroker_argv(),
         "all",
         "--data-dir", str(data_dir),
-        "--listen", f"{procs.HOST}:{port}",
-        "--advertise", f"{procs.HOST}:{advertise_port or port}",
+        *_endpoint_flags(work_dir, port, front_port),
         "--port-file", str(port_file),
     ]  # fmt: skip
     return procs.start(
@@ -255,9 +255,10 @@ def start_popfleet_roles(
     *,
     topics: Sequence[PopfleetTopic],
     groups: Sequence[str],
-    advertise_port: int | None = None,
+    front_port: int | None = None,
 ) -> procs.ServerSet:
-    """popfleet as a broker pod runs it: store, popack and revive processes (module doc)."""
+    """popfleet as a broker pod runs it: store, popack and revive processes (module doc);
+    with ``front_port``, behind popfront (:func:`start_front`) on it."""
     data_dir = work_dir / "data"
     asyncio.run(_seed_popfleet(data_dir, topics, groups))
     socket_path = work_dir / "store.sock"
@@ -274,9 +275,7 @@ def start_popfleet_roles(
         (
             "popack",
             ["popack", "--store-socket", str(socket_path),
-             "--listen", f"{procs.HOST}:{port}",
-             "--advertise", f"{procs.HOST}:{advertise_port or port}",
-             "--port-file", str(port_file)],
+             *_endpoint_flags(work_dir, port, front_port), "--port-file", str(port_file)],
             lambda _port: port_file.exists(),
             port,
         ),
@@ -304,13 +303,22 @@ def start_popfleet_roles(
     )
 
 
-def start_front(binary: Path, work_dir: Path, *, upstream: str, port: int) -> procs.ServerProcess:
-    """The ``popfront`` front end on ``port``, forwarding to the v2 endpoint ``upstream``."""
+def _endpoint_flags(work_dir: Path, port: int, front_port: int | None) -> list[str]:
+    """The v2 endpoint on ``port``, or on a Unix socket for popfront on ``front_port``."""
+    if front_port is None:
+        return ["--listen", f"{procs.HOST}:{port}"]
+    socket_path = work_dir / FRONT_SOCKET
+    return ["--listen", f"unix:{socket_path}", "--advertise", f"{procs.HOST}:{front_port}"]
+
+
+def start_front(binary: Path, work_dir: Path, *, port: int) -> procs.ServerProcess:
+    """The ``popfront`` front end on ``port``, forwarding to the endpoint's Unix socket
+    in ``work_dir`` (started with ``front_port=port``)."""
     port_file = work_dir / "front-port"
     argv = [
         str(binary),
         "-listen", f"{procs.HOST}:{port}",
-        "-upstream", upstream,
+        "-upstream", f"unix://{work_dir / FRONT_SOCKET}",
         "-port-file", str(port_file),
     ]  # fmt: skip
     return procs.start(

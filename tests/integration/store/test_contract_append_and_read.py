@@ -172,6 +172,34 @@ async def test_arrivals_announce_dispatched_entries(store: StoreApi) -> None:
     await stream.aclose()  # type: ignore[attr-defined]
 
 
+async def test_arrivals_announce_a_batch_once_per_queue_by_its_last_entry(
+    store: StoreApi,
+) -> None:
+    stream = store.arrivals()
+    await store.append([_msg(2, b"a"), _msg(2, b"b"), _msg(3, b"c"), _msg(2, b"d")])
+    first = await asyncio.wait_for(anext(stream), timeout=5)
+    second = await asyncio.wait_for(anext(stream), timeout=5)
+    assert [(a.queue_id, a.queue_offset) for a in (first, second)] == [(2, 2), (3, 0)]
+    await store.append([_msg(3, b"e")])
+    third = await asyncio.wait_for(anext(stream), timeout=5)
+    assert (third.queue_id, third.queue_offset) == (3, 1)  # nothing else was announced between
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
+async def test_arrivals_of_one_topic_leave_the_others_out(store: StoreApi) -> None:
+    stream = store.arrivals("%RETRY%g1+orders")
+    await store.append([_msg(1, b"other"), MessageToAppend("%RETRY%g1+orders", 0, b"r")])
+    await store.append([_msg(2, b"other again")])
+    await store.append([MessageToAppend("%RETRY%g1+orders", 0, b"r2")])
+    first = await asyncio.wait_for(anext(stream), timeout=5)
+    second = await asyncio.wait_for(anext(stream), timeout=5)
+    assert [(a.topic, a.queue_offset) for a in (first, second)] == [
+        ("%RETRY%g1+orders", 0),
+        ("%RETRY%g1+orders", 1),
+    ]
+    await stream.aclose()  # type: ignore[attr-defined]
+
+
 async def test_concurrent_appenders_get_distinct_dense_offsets(store: StoreApi) -> None:
     async def writer(n: int) -> list[int]:
         out = []

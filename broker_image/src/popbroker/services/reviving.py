@@ -126,7 +126,7 @@ class ReviveService:
 
     async def _pump(self) -> None:
         topic = names.revive_topic(self._settings.cluster)
-        stream = self._store.arrivals()
+        stream = self._store.arrivals(topic)
         try:
             async for arrival in stream:
                 if arrival.topic == topic:

@@ -289,8 +289,14 @@ class StoreApi(Protocol):
 
     async def bounds(self, topic: str, queue_id: int) -> QueueBounds: ...
 
-    def arrivals(self) -> AsyncIterator[Arrival]:
-        """Every dispatched entry from now on, in dispatch order, for long polling."""
+    def arrivals(self, topic: str | None = None) -> AsyncIterator[Arrival]:
+        """Dispatched entries from now on (of ``topic`` only, when given), for long polling
+        and revive: hints, not a log.
+
+        Every entry dispatched after the call is announced by itself or by a later entry
+        of the same queue: entries dispatched together are announced once per queue, by
+        the last of them, and queues in the order they first appear in the batch.
+        """
         ...
 
     # Consumer offsets (committed queue offsets per group).

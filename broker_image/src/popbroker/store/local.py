@@ -126,8 +126,9 @@ class _Dispatch:
 class _ArrivalListener:
     """An asyncio queue fed from whichever thread dispatches."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, topic: str | None) -> None:
         self.loop = loop
+        self.topic = topic  # None: every topic
         self.queue: asyncio.Queue[Arrival] = asyncio.Queue(ARRIVAL_BUFFER)
         self.dropped = 0
 
@@ -560,10 +561,18 @@ class LocalStore:
         if done:
             self._dispatched_position = max(self._dispatched_position, done[-1].end)
         if done and self._listeners:
-            arrivals = [Arrival(i.topic, i.queue_id, i.queue_offset, i.tag_hash) for i in done]
+            # One arrival per queue per dispatched batch, its last entry: arrivals are
+            # hints (``StoreApi.arrivals``), and a batch of 32 to one queue wakes once.
+            last = {(i.topic, i.queue_id): i for i in done}
+            arrivals = [
+                Arrival(i.topic, i.queue_id, i.queue_offset, i.tag_hash) for i in last.values()
+            ]
             for listener in list(self._listeners):
-                # one cross-thread hand-off per dispatched batch, not one per record
-                listener.loop.call_soon_threadsafe(listener.offer_many, arrivals)
+                wanted = arrivals
+                if listener.topic is not None:
+                    wanted = [a for a in arrivals if a.topic == listener.topic]
+                if wanted:  # one cross-thread hand-off per dispatched batch, not per record
+                    listener.loop.call_soon_threadsafe(listener.offer_many, wanted)
         if failure is not None:
             self._last_error = str(failure)
             raise failure
@@ -753,9 +762,9 @@ class LocalStore:
                 return QueueBounds(topic, queue_id, 0, 0)
             return QueueBounds(topic, queue_id, cq.min_queue_offset, cq.max_queue_offset)
 
-    def arrivals(self) -> ArrivalStream:
-        """Subscribe now: every entry dispatched after this call is delivered."""
-        listener = _ArrivalListener(asyncio.get_running_loop())
+    def arrivals(self, topic: str | None = None) -> ArrivalStream:
+        """Subscribe now: entries dispatched after this call are announced (``StoreApi``)."""
+        listener = _ArrivalListener(asyncio.get_running_loop(), topic)
         with self._lock:
             self._listeners.add(listener)
         return ArrivalStream(self, listener)

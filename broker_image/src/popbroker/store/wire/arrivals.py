@@ -57,12 +57,14 @@ class ArrivalStream:
         self,
         stub: StoreAsyncStub,
         *,
+        topic: str | None = None,
         target: str,
         to_store_error: Callable[[grpc.aio.AioRpcError], errors.StoreError],
         initial_backoff_s: float,
         max_backoff_s: float,
     ) -> None:
         self._stub = stub
+        self._request = pb.ArrivalsRequest(topic=topic or "")
         self._target = target
         self._to_store_error = to_store_error
         self._initial_backoff_s = initial_backoff_s
@@ -131,7 +133,7 @@ class ArrivalStream:
 
     async def _stream_once(self) -> errors.StoreError | None:
         """Run one call; ``None`` when it was confirmed before it broke (reconnect at once)."""
-        call = self._stub.Arrivals(pb.ArrivalsRequest(), wait_for_ready=True)
+        call = self._stub.Arrivals(self._request, wait_for_ready=True)
         confirmed = False
         try:
             async for response in call:

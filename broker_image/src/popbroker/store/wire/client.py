@@ -182,10 +182,11 @@ class RemoteStore:
             request = pb.BoundsRequest(topic=topic, queue_id=queue_id)
         return convert.bounds_from_pb(await self._call(self._stub.Bounds, request))
 
-    def arrivals(self) -> AsyncIterator[api.Arrival]:
+    def arrivals(self, topic: str | None = None) -> AsyncIterator[api.Arrival]:
         """Subscribe now (see ``arrivals.ArrivalStream``); calls made after this see it."""
         stream = ArrivalStream(
             self._stub,
+            topic=topic,
             target=self._target,
             to_store_error=_to_store_error,
             initial_backoff_s=RECONNECT_INITIAL_S,

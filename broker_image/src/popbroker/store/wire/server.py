@@ -138,7 +138,8 @@ class StoreServicer(pb_grpc.StoreServicer):
         self, request: pb.ArrivalsRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ArrivalsResponse]:
         queue: asyncio.Queue[api.Arrival | Exception] = asyncio.Queue(ARRIVALS_QUEUE)
-        pump = asyncio.create_task(_pump_arrivals(self._store.arrivals(), queue))
+        source = self._store.arrivals(request.topic or None)
+        pump = asyncio.create_task(_pump_arrivals(source, queue))
         failure: Exception | None = None
         try:
             # One loop turn lets the pump reach its first await, i.e. subscribe (a store

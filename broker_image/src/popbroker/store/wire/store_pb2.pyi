@@ -720,12 +720,17 @@ Global___BoundsRequest: _TypeAlias = BoundsRequest  # noqa: Y015
 class ArrivalsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    TOPIC_FIELD_NUMBER: _builtins.int
+    topic: _builtins.str
+    """Only arrivals of this topic (the revive role asks for its revive topic); empty: all."""
     def __init__(
         self,
+        *,
+        topic: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
