@@ -18,7 +18,9 @@ the same phases, 1 KiB messages and batches of 32:
    receive (how an official-client user gets below the proxy's minimum).
 
 Systems: ``popfleet`` (``popbroker all``), ``popfleet-roles`` (the deployment
-shape: store, popack and revive processes on a Unix socket), ``rocketmq``
+shape: store, popack and revive processes on a Unix socket), the same two behind
+the compiled front end ``popfront`` (``popfleet-front``, ``popfleet-roles-front``:
+the broker's v2 endpoint on a Unix socket, :mod:`popbroker.grpc.front`), ``rocketmq``
 (5.3.3, name server + proxy in local mode, :mod:`bench.peers.rocketmq`), ``nats``
 and ``redis`` (:mod:`bench.peers.servers`). Each run starts each system afresh
 on a temp dir, in an order that rotates between runs, and stops it by PID.
@@ -27,7 +29,8 @@ Around every phase the harness reads the server's CPU seconds (its whole process
 tree) and the 1-minute load average (:mod:`bench.peers.cpu`): the JSON has CPU
 microseconds per message per phase. ``bench/results/pop_peers_loadgen.json`` keeps every
 run, the medians, the min-max spread and the ratios popfleet/<peer> of the
-medians for both popfleet shapes (throughput: > 1 = popfleet faster; latency,
+medians for every popfleet shape, each shape against plain ``popfleet``, and
+``popfleet-roles-front`` against ``popfleet-front`` (throughput: > 1 = popfleet faster; latency,
 lateness, CPU per message: > 1 = popfleet slower or costlier).
 
 Run: ``python -m bench.pop_peers_loadgen [--runs 3] [--messages 50000]`` (Go on
@@ -256,12 +259,15 @@ def results(runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], dict
         s: {"runs": r, "median": medians[s], "spread": summary.spreads(r, METRICS)}
         for s, r in runs.items()
     }
+    pairs = [(ours, peer) for ours in POPFLEET for peer in PEERS]
+    # each shape against plain `popbroker all` (the front end's gain), and the deployment
+    # shape against `all` with the same front (must not be slower, issue 17)
+    pairs += [(ours, "popfleet") for ours in POPFLEET[1:]]
+    pairs += [("popfleet-roles-front", "popfleet-front")]
     ratios = {
-        f"{ours}/{peer}": summary.ratios(medians[ours], medians[peer], KEYS)
-        for ours in POPFLEET
-        if ours in systems
-        for peer in PEERS
-        if peer in systems
+        f"{ours}/{theirs}": summary.ratios(medians[ours], medians[theirs], KEYS)
+        for ours, theirs in pairs
+        if ours in systems and theirs in systems
     }
     return systems, ratios
 

@@ -13,6 +13,7 @@ BENCHMARKS = [
     "bench.store_throughput",
     "bench.store_wire",
     "bench.pop_peers",
+    "bench.grpc_floor",
     "bench.pop_peers_loadgen",
     "bench.operator_convergence",
     "bench.operator_scale",
