@@ -14,7 +14,7 @@ bench test test-pytest test-integration peer-loadgen lint lint-go: export PATH :
 .PHONY: peer-servers peer-loadgen peer-rocketmq lint-go
 
 lint: lint-go
-lint-go: ## gofmt of the load generator (bench/loadgen); go vet runs with its build
+lint-go: ## gofmt of the Go code (bench/loadgen, broker_image/front); go vet runs with its build
 	@unformatted=$$(gofmt -l bench/loadgen); if [ -n "$$unformatted" ]; then \
 	  echo "gofmt: $$unformatted (run gofmt -w bench/loadgen)" >&2; exit 1; fi
 
