@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_every_system_leads_once_in_three_runs() -> None:
     assert summary.rotation([], 5) == []
 
 
-def test_the_harness_reports_both_popfleet_shapes_against_every_peer() -> None:
+def test_the_harness_reports_every_popfleet_shape_against_every_peer() -> None:
     run = {
         "produce": {"msgs_per_s": 10.0},
         "latency": {"p50_ms": 5.0, "target_rate_per_s": 5.0},
@@ -125,9 +126,29 @@ def test_the_harness_reports_both_popfleet_shapes_against_every_peer() -> None:
         "popfleet/redis",
         "popfleet-roles/rocketmq",
         "popfleet-roles/redis",
+        "popfleet-roles/popfleet",
     }
     assert ratios["popfleet/rocketmq"]["produce_msgs_per_s"] == 0.25
+    assert ratios["popfleet-roles/popfleet"]["produce_msgs_per_s"] == 1.0
     assert systems["redis"]["median"]["produce_msgs_per_s"] == 40.0
+
+
+def test_the_front_end_shapes_are_compared_with_plain_all_and_with_each_other() -> None:
+    def run(rate: float) -> dict[str, Any]:
+        return {"pop_ack_4": {"msgs_per_s": rate}}
+
+    _, ratios = harness.results(
+        {
+            "popfleet": [run(4.0)],
+            "popfleet-front": [run(8.0)],
+            "popfleet-roles-front": [run(6.0)],
+            "rocketmq": [run(16.0)],
+        }
+    )
+    assert ratios["popfleet-front/popfleet"]["pop_ack_4_msgs_per_s"] == 2.0
+    assert ratios["popfleet-front/rocketmq"]["pop_ack_4_msgs_per_s"] == 0.5
+    assert ratios["popfleet-roles-front/popfleet-front"]["pop_ack_4_msgs_per_s"] == 0.75
+    assert "popfleet-roles/popfleet" not in ratios  # only shapes that ran
 
 
 def test_rocketmq_listens_on_loopback_and_creates_what_the_phases_use(tmp_path: Path) -> None:
