@@ -13,6 +13,7 @@ PYTEST_ARGS ?=
 # and define their own targets.
 TEST_PREREQS :=
 BENCH_PREREQS :=
+DEMO_PREREQS :=
 -include mk/*.mk
 
 export PYTHONDONTWRITEBYTECODE := 1
@@ -63,7 +64,7 @@ bench: $(STAMP) $(BENCH_PREREQS) ## run the benchmarks; JSON lands in bench/resu
 	$(PY) -m pip install --quiet -r requirements/bench.txt
 	$(PY) -m bench.run
 
-demo: $(STAMP) testbed-bin java ## the user story live on a local testbed until Ctrl-C (README); demo-down stops it
+demo: $(STAMP) testbed-bin java $(DEMO_PREREQS) ## the user story live on a local testbed until Ctrl-C (README); demo-down stops it
 	@$(VENV)/bin/popfleet-demo up --run-dir $(DEMO_DIR)
 
 clean: ## remove the venv and caches

@@ -19,7 +19,7 @@ kind-bin: ## kind $(KIND_VERSION) (go install, cached under ~/.cache/popfleet) w
 	  (cd / && GOBIN=$(dir $(KIND_BIN)) GOFLAGS='' go install sigs.k8s.io/kind@$(KIND_VERSION))
 	@$(KIND_BIN) version | grep -q ' $(KIND_VERSION) ' || { echo "kind-bin: $(KIND_BIN) is not $(KIND_VERSION)" >&2; exit 1; }
 
-e2e-kind: $(STAMP) testbed-bin kind-bin ## the e2e scenario on kind with images built here (needs Docker)
+e2e-kind: $(STAMP) testbed-bin kind-bin front ## the e2e scenario on kind with images built here (needs Docker)
 	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
 	  e2e/kind/run.sh $(E2E_KIND_ARGS)
 

@@ -8,9 +8,10 @@ is started here with ``--read-only``, a random non-root UID/GID, ``HOME=/nonexis
 capabilities and ``no-new-privileges``, writable only where the deployments mount volumes
 (``/tmp``, the broker's data directory), and must answer health:
 
-* broker: the three roles in three containers sharing one data directory, as in the pod
-  (``store`` -> gRPC health SERVING on the admin port, ``popack`` -> health SERVING on the
-  client port, ``revive`` still running);
+* broker: the three roles and the front end in four containers sharing one data directory,
+  as in the pod (``store`` -> gRPC health SERVING on the admin port; ``popack`` on its Unix
+  socket behind ``popfront`` -> health SERVING on the client port, through the front end;
+  ``revive`` -> ``/metrics`` 200);
 * operator: ``python -m popfleet_operator`` against the kind cluster (read-only kubeconfig,
   host network so it reaches the API server on 127.0.0.1, an empty watched namespace so it
   reconciles nothing) -> the operator's ``/healthz`` (its liveness thread) answers 200;
@@ -129,8 +130,8 @@ def smoke_broker(image: str, uid: int, tag: str) -> str:
         os.chown(data, uid, uid)
         volume = [f"--volume={data}:/data"]
         socket_path = "/data/store.sock"
-        store, popack, revive = (
-            f"popfleet-smoke-{role}-{tag}" for role in ("store", "popack", "revive")
+        store, popack, revive, front = (
+            f"popfleet-smoke-{role}-{tag}" for role in ("store", "popack", "revive", "front")
         )
         run = ["run", "-d", "--name"]
         started.append(store)
@@ -140,16 +141,20 @@ def smoke_broker(image: str, uid: int, tag: str) -> str:
                "--broker-name=smoke-0")  # fmt: skip
         wait_serving(store, published(store, ADMIN_PORT))
         started.append(popack)
-        docker(*run, popack, *hardened(uid, *volume, f"--publish=127.0.0.1::{CLIENT_PORT}"), image,
-               "popack", f"--store-socket={socket_path}", f"--listen=0.0.0.0:{CLIENT_PORT}",
+        docker(*run, popack, *hardened(uid, *volume), image,
+               "popack", f"--store-socket={socket_path}", "--listen=unix:/data/popack.sock",
                f"--advertise=127.0.0.1:{CLIENT_PORT}")  # fmt: skip
-        wait_serving(popack, published(popack, CLIENT_PORT))
+        started.append(front)
+        docker(*run, front, *hardened(uid, *volume, f"--publish=127.0.0.1::{CLIENT_PORT}"),
+               "--entrypoint=popfront", image,
+               f"-listen=0.0.0.0:{CLIENT_PORT}", "-upstream=unix:///data/popack.sock")  # fmt: skip
+        wait_serving(front, published(front, CLIENT_PORT))
         started.append(revive)
         docker(*run, revive, *hardened(uid, *volume, f"--publish=127.0.0.1::{REVIVE_METRICS_PORT}"),
                image, "revive", f"--store-socket={socket_path}",
                f"--metrics-listen=0.0.0.0:{REVIVE_METRICS_PORT}")  # fmt: skip
         wait_http(revive, f"http://{published(revive, REVIVE_METRICS_PORT)}/metrics")
-        return "store and popack health SERVING, revive /metrics 200"
+        return "store health SERVING, popack's through popfront SERVING, revive /metrics 200"
 
 
 def free_port() -> int:

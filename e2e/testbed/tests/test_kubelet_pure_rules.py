@@ -60,6 +60,9 @@ def test_rewriter_maps_mount_paths_in_words() -> None:
     assert rewrite("--dir=/var/lib/data/store") == "--dir=/s/pvc-1/store"
     assert rewrite("/database") == "/database"
     assert rewrite("--x=/datafile") == "--x=/datafile"
+    assert rewrite("--listen=unix:/data/popack.sock") == "--listen=unix:/s/empty/popack.sock"
+    assert rewrite("-upstream=unix:///data/popack.sock") == "-upstream=unix:///s/empty/popack.sock"
+    assert rewrite("--listen=unix:/datafile") == "--listen=unix:/datafile"
 
 
 class _Sources:

@@ -13,32 +13,56 @@ def sts(owner: specs.ObjectRef, spec: specs.ClusterSpec, replicas: int = 3) -> d
     return statefulsets.build(owner, spec, replicas=replicas, config_hash="h", partition=0)
 
 
-def test_three_role_containers_share_the_volume_and_socket(owner: specs.ObjectRef) -> None:
+def test_three_roles_and_the_front_share_the_volume_and_sockets(owner: specs.ObjectRef) -> None:
     spec = specs.parse_cluster({"brokers": 3, "image": "ghcr.io/popfleet/broker:0.1.0"})
     pod = sts(owner, spec)["spec"]["template"]["spec"]
     containers = {c["name"]: c for c in pod["containers"]}
-    assert list(containers) == ["store", "popack", "revive"]
+    assert list(containers) == ["store", "popack", "revive", "front"]
     for container in containers.values():
         assert container["image"] == "ghcr.io/popfleet/broker:0.1.0"
-        assert container["args"][0] == container["name"]
         assert {"name": "data", "mountPath": "/data"} in container["volumeMounts"]
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert container["securityContext"]["runAsNonRoot"] is True
         assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    for role in ("store", "popack", "revive"):
+        assert containers[role]["args"][0] == role
+        assert "command" not in containers[role]  # the image's entry point, popbroker
     assert "--socket=/data/store.sock" in containers["store"]["args"]
     assert "--store-socket=/data/store.sock" in containers["popack"]["args"]
     assert "--store-socket=/data/store.sock" in containers["revive"]["args"]
     assert "--admin-listen=$(POD_IP):9877" in containers["store"]["args"]
-    assert "--listen=$(POD_IP):8081" in containers["popack"]["args"]
+    # popack serves the front on a socket and advertises the front's client port
+    assert "--listen=unix:/data/popack.sock" in containers["popack"]["args"]
+    assert "--advertise=$(POD_IP):8081" in containers["popack"]["args"]
+    front = containers["front"]
+    assert front["command"] == ["popfront"]
+    assert front["args"] == ["-listen=$(POD_IP):8081", "-upstream=unix:///data/popack.sock"]
+    assert {"name": "client", "containerPort": 8081, "protocol": "TCP"} in front["ports"]
+    assert all(p["name"] != "client" for p in containers["popack"]["ports"])
     assert pod["securityContext"]["runAsNonRoot"] is True
 
 
-def test_probes_ask_the_store_health_and_the_client_port(owner: specs.ObjectRef) -> None:
+def test_popfront_flags_parse_as_its_flag_set() -> None:
+    """The front's args use Go's -flag=value form, one word each (no spaces to split)."""
+    pod = statefulsets.front_container(specs.parse_cluster({"tls": {"secretName": "t"}}))
+    assert all(a.startswith("-") and "=" in a and " " not in a for a in pod["args"])
+
+
+def test_probes_ask_the_store_health_and_popack_through_the_front(
+    owner: specs.ObjectRef,
+) -> None:
     pod = sts(owner, specs.parse_cluster({}))["spec"]["template"]["spec"]
-    store, popack, _ = pod["containers"]
+    store, popack, _, front = pod["containers"]
     assert store["readinessProbe"]["grpc"] == {"port": names.ADMIN_PORT}
     assert store["livenessProbe"]["grpc"] == {"port": names.ADMIN_PORT}
-    assert popack["readinessProbe"]["tcpSocket"] == {"port": names.CLIENT_PORT}
+    # kubelet's gRPC probe reaches popack's grpc.health.v1 through popfront
+    assert front["readinessProbe"]["grpc"] == {"port": names.CLIENT_PORT}
+    assert front["livenessProbe"]["grpc"] == {"port": names.CLIENT_PORT}
+    assert popack["livenessProbe"]["httpGet"] == {
+        "path": "/metrics",
+        "port": names.METRICS_PORTS["popack"],
+    }
+    assert "readinessProbe" not in popack
 
 
 def test_spec_settings_reach_flags_resources_and_claims(owner: specs.ObjectRef) -> None:

@@ -47,12 +47,18 @@ def test_credentials_secret_is_mounted_read_only_into_popack_only(owner: specs.O
     }
 
 
-def test_tls_secret_becomes_the_client_port_certificate(owner: specs.ObjectRef) -> None:
+def test_tls_secret_becomes_the_front_ends_certificate(owner: specs.ObjectRef) -> None:
     template = pod(owner, SECURED)
-    popack = containers(template)["popack"]
-    assert "--tls-cert=/etc/popfleet-tls/tls.crt" in popack["args"]
-    assert "--tls-key=/etc/popfleet-tls/tls.key" in popack["args"]
-    assert {"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True} in popack["volumeMounts"]
+    by_name = containers(template)
+    front = by_name["front"]
+    assert "-tls-cert=/etc/popfleet-tls/tls.crt" in front["args"]
+    assert "-tls-key=/etc/popfleet-tls/tls.key" in front["args"]
+    assert {"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True} in front["volumeMounts"]
+    # kubelet probes speak no TLS: the client port is probed by TCP connect
+    assert front["readinessProbe"]["tcpSocket"] == {"port": names.CLIENT_PORT}
+    for other in ("store", "popack", "revive"):  # popack behind the front serves plaintext
+        assert all(m["name"] != "tls" for m in by_name[other]["volumeMounts"])
+        assert not any("tls" in a for a in by_name[other]["args"])
     volume = next(v for v in template["spec"]["volumes"] if v["name"] == "tls")
     assert volume["secret"]["secretName"] == "broker-tls"
     assert [i["key"] for i in volume["secret"]["items"]] == ["tls.crt", "tls.key"]
@@ -61,9 +67,10 @@ def test_tls_secret_becomes_the_client_port_certificate(owner: specs.ObjectRef) 
 def test_without_auth_or_tls_nothing_is_mounted_or_passed(owner: specs.ObjectRef) -> None:
     template = pod(owner, {})
     assert {v["name"] for v in template["spec"]["volumes"]} == {"config", "tmp"}
-    args = " ".join(containers(template)["popack"]["args"])
+    by_name = containers(template)
+    args = " ".join(by_name["popack"]["args"] + by_name["front"]["args"])
     assert "--credentials-file" not in args
-    assert "--tls-" not in args
+    assert "tls-" not in args
 
 
 def test_pop_tuning_reaches_popack_flags(owner: specs.ObjectRef) -> None:
@@ -76,6 +83,8 @@ def test_pop_tuning_reaches_popack_flags(owner: specs.ObjectRef) -> None:
 def test_every_role_serves_metrics_on_a_named_port(owner: specs.ObjectRef) -> None:
     template = pod(owner, {})
     for role, container in containers(template).items():
+        if role == "front":
+            continue  # popfront has no metrics yet; it owns the client port
         port = names.METRICS_PORTS[role]
         assert f"--metrics-listen=$(POD_IP):{port}" in container["args"]
         assert {"name": f"metrics-{role}", "containerPort": port, "protocol": "TCP"} in container[

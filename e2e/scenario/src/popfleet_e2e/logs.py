@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from popfleet_e2e.access import ClusterAccess, ScenarioError
 
-BROKER_CONTAINERS = ("store", "popack", "revive")
+BROKER_CONTAINERS = ("store", "popack", "revive", "front")
 OPERATOR_SELECTOR = "app.kubernetes.io/name=popfleet-operator"
 
 EXPECTED = re.compile(

@@ -24,8 +24,9 @@ How processes see them (documented in the README, set up by ``link_mounts``/``re
    ``volumeMount``, ``<pod>/root/<mountPath>`` is a symlink to the volume directory
    (+ ``subPath``); it is also the working directory unless ``workingDir`` is set.
 2. Words in ``command``/``args``, env values and probe commands that *are* a mount path, start
-   with ``<mountPath>/`` or contain ``=<mountPath>`` (``--data-dir=/data``) are rewritten to the
-   host directory, so ``--data-dir /var/lib/broker`` works unchanged.
+   with ``<mountPath>/`` or contain ``=<mountPath>`` (``--data-dir=/data``), ``=unix:<mountPath>``
+   or ``=unix://<mountPath>`` (gRPC socket targets) are rewritten to the host directory, so
+   ``--data-dir /var/lib/broker`` works unchanged.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from popfleet_testbed import errors, podenv
 Obj = dict[str, Any]
 
 SERVICEACCOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
+# ``--flag=<mountPath>...`` and the gRPC socket forms ``=unix:<path>``, ``=unix://<path>``
+SOCKET_PREFIXES = ("", "unix:", "unix://")
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,12 +254,13 @@ def rewriter(container_mounts: Sequence[Mount]) -> Callable[[str], str]:
                 return host
             if word.startswith(mp + "/"):
                 return host + word[len(mp) :]
-            marker = "=" + mp
-            idx = word.find(marker)
-            if idx >= 0:
-                rest = word[idx + len(marker) :]
-                if rest == "" or rest.startswith("/"):
-                    return word[: idx + 1] + host + rest
+            for prefix in SOCKET_PREFIXES:
+                marker = "=" + prefix + mp
+                idx = word.find(marker)
+                if idx >= 0:
+                    rest = word[idx + len(marker) :]
+                    if rest == "" or rest.startswith("/"):
+                        return word[: idx + 1 + len(prefix)] + host + rest
         return word
 
     return rewrite

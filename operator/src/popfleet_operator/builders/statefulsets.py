@@ -1,19 +1,24 @@
-"""The broker StatefulSet: one pod per broker, three role containers sharing one volume.
+"""The broker StatefulSet: one pod per broker, four containers sharing one volume.
 
 Pod layout (DESIGN §3):
 
 * ``store`` owns the data volume (``/data``), serves the store API on the Unix socket
   ``/data/store.sock`` and the admin API on ``$(POD_IP):9877``; its gRPC health is the
   pod's readiness and liveness (it answers only once the store is open and writable).
-* ``popack`` serves RocketMQ v2 clients on ``$(POD_IP):8081`` and advertises that
-  endpoint in routes; readiness is the port accepting connections.
+* ``front`` (``popfront``, the compiled front end: docs/design/2026-11-27-compiled-front-end.md)
+  owns the client port ``$(POD_IP):8081`` and its TLS, and forwards every call to popack's
+  Unix socket ``/data/popack.sock``; its gRPC health probe goes through to popack's, so the
+  pod is ready when popack serves (a TCP probe when TLS is on: kubelet probes speak no TLS).
+* ``popack`` serves RocketMQ v2 clients behind the front end and advertises
+  ``$(POD_IP):8081`` in routes; its liveness is its metrics endpoint.
 * ``revive`` redelivers expired checkpoints; it has no client port and fails by exiting.
 * Every role serves Prometheus ``/metrics`` on ``$(POD_IP)`` (ports ``metrics-store``,
   ``metrics-popack``, ``metrics-revive``: 9100-9102); the pod's ``prometheus.io/*``
   annotations name popack's, a PodMonitor can list all three port names.
 * What the spec declares reaches popack: ``spec.auth.credentialsSecret`` (key
-  ``credentials.yaml``) mounted read-only → ``--credentials-file``; ``spec.tls.secretName``
-  (``tls.crt``/``tls.key``) → ``--tls-cert/--tls-key``; ``spec.pop`` → the POP tuning flags.
+  ``credentials.yaml``) mounted read-only → ``--credentials-file``; ``spec.pop`` → the POP
+  tuning flags; and the front: ``spec.tls.secretName`` (``tls.crt``/``tls.key``) →
+  ``-tls-cert/-tls-key``.
 
 popack and revive exit when the store socket is not there yet; the restart back-off covers
 the first second of a pod's life. Every container runs as a non-root user on a read-only
@@ -78,8 +83,6 @@ def _mounts(spec: ClusterSpec, role: str) -> list[dict[str, Any]]:
         mounts.append(
             {"name": "credentials", "mountPath": names.CREDENTIALS_MOUNT, "readOnly": True}
         )
-    if role == "popack" and spec.tls_secret is not None:
-        mounts.append({"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True})
     return mounts
 
 
@@ -140,31 +143,57 @@ def _popack_edge_args(spec: ClusterSpec) -> list[str]:
     ]
     if spec.credentials_secret is not None:
         args.append(f"--credentials-file={names.CREDENTIALS_MOUNT}/{names.CREDENTIALS_KEY}")
-    if spec.tls_secret is not None:
-        args += [f"--tls-cert={names.TLS_MOUNT}/tls.crt", f"--tls-key={names.TLS_MOUNT}/tls.key"]
     return args
 
 
 def popack_container(spec: ClusterSpec) -> dict[str, Any]:
-    endpoint = f"$(POD_IP):{names.CLIENT_PORT}"
     args = [
         f"--store-socket={names.STORE_SOCKET}",
-        f"--listen={endpoint}",
-        f"--advertise={endpoint}",
+        f"--listen=unix:{names.FRONT_SOCKET}",
+        f"--advertise=$(POD_IP):{names.CLIENT_PORT}",
         *_popack_edge_args(spec),
     ]
     container = _container(spec, "popack", args)
-    tcp_probe = {"port": names.CLIENT_PORT}
-    container["ports"].insert(
-        0, {"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"}
-    )
-    container["readinessProbe"] = {"tcpSocket": tcp_probe, "periodSeconds": 2}
     container["livenessProbe"] = {
-        "tcpSocket": tcp_probe,
+        "httpGet": {"path": "/metrics", "port": names.METRICS_PORTS["popack"]},
         "periodSeconds": 10,
         "failureThreshold": 6,
         "initialDelaySeconds": 10,
     }
+    return container
+
+
+def front_container(spec: ClusterSpec) -> dict[str, Any]:
+    """popfront on the client port, forwarding to popack's socket (module docstring)."""
+    args = [f"-listen=$(POD_IP):{names.CLIENT_PORT}", f"-upstream=unix://{names.FRONT_SOCKET}"]
+    mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": names.DATA_MOUNT}]
+    if spec.tls_secret is not None:
+        args += [f"-tls-cert={names.TLS_MOUNT}/tls.crt", f"-tls-key={names.TLS_MOUNT}/tls.key"]
+        mounts.append({"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True})
+        probe: dict[str, Any] = {"tcpSocket": {"port": names.CLIENT_PORT}}
+    else:
+        probe = {"grpc": {"port": names.CLIENT_PORT}}
+    container: dict[str, Any] = {
+        "name": "front",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "command": [names.FRONT_COMMAND],
+        "args": args,
+        "env": _env(),
+        "volumeMounts": mounts,
+        "securityContext": _security_context(),
+        "ports": [{"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"}],
+        "readinessProbe": {**probe, "periodSeconds": 2},
+        "livenessProbe": {
+            **probe,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+            "initialDelaySeconds": 10,
+        },
+    }
+    resources = _resources(spec, "front")
+    if resources:
+        container["resources"] = resources
     return container
 
 
@@ -254,6 +283,7 @@ def template(owner: ObjectRef, spec: ClusterSpec, *, config_hash: str) -> dict[s
                 store_container(owner, spec),
                 popack_container(spec),
                 revive_container(spec),
+                front_container(spec),
             ],
             "volumes": _volumes(owner, spec),
         },
