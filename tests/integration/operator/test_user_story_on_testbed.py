@@ -119,7 +119,12 @@ def test_cluster_becomes_ready_with_three_brokers(
     for broker in status["brokers"]:
         assert broker["ready"] and broker["endpoint"].startswith("127.") and broker["configEpoch"]
     pods = story.broker_pods(popfleet_release, ns, CLUSTER)
-    assert [c["name"] for c in pods[0]["spec"]["containers"]] == ["store", "popack", "revive"]
+    assert [c["name"] for c in pods[0]["spec"]["containers"]] == [
+        "store",
+        "popack",
+        "revive",
+        "front",
+    ]
     members = story.on_broker(pods[0], lambda admin: admin.members())
     assert [(m.broker_name, m.endpoint) for m in members] == [
         (b["name"], b["endpoint"]) for b in status["brokers"]
