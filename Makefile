@@ -35,7 +35,7 @@ setup: $(STAMP) ## create .venv and install every package and dev tool
 lint: $(STAMP) ## ruff, ruff format --check, mypy --strict, import-linter, dead code (vulture)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy broker_image/src api/src operator/src spark_operator_jobs/src e2e/testbed/src e2e/testbed/tests tests bench
+	$(VENV)/bin/mypy broker_image/src api/src operator/src spark_operator_jobs/src e2e/testbed/src e2e/testbed/tests tests bench tools/gobuild.py
 	$(VENV)/bin/lint-imports
 	$(PY) tools/deadcode.py
 

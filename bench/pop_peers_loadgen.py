@@ -50,6 +50,7 @@ from typing import Any
 
 from bench import common
 from bench.peers import cpu, loadgen, procs, rocketmq, servers, summary
+from tools import gobuild
 
 SYSTEMS = (
     "popfleet", "popfleet-roles", "popfleet-front", "popfleet-roles-front",
@@ -127,7 +128,7 @@ def _start_popfleet(system: str, work_dir: Path) -> procs.ServerSet:
     if client_port is None:
         return broker
     try:
-        binary = loadgen.ensure_built(loadgen.FRONT_SOURCE, name="popfront")
+        binary = gobuild.ensure_built(gobuild.FRONT)
         popfront = servers.start_front(binary, work_dir, port=client_port)
     except BaseException:
         broker.stop()

@@ -18,6 +18,6 @@ lint-front:
 # from there) and linked into the venv's bin, where the testbed's process kubelet finds the
 # broker pod's `popfront` command.
 front: $(STAMP) ## build, vet and unit-test popfront (broker_image/front) into ~/.cache/popfleet
-	@built=$$($(PY) -m bench.peers.loadgen popfront) && mkdir -p broker_image/front/bin \
+	@built=$$($(PY) -m tools.gobuild popfront) && mkdir -p broker_image/front/bin \
 	  && cp -f "$$built" broker_image/front/bin/popfront && ln -sf "$$built" $(VENV)/bin/popfront
 	@cd broker_image/front && GOFLAGS=-mod=readonly go vet ./... && GOFLAGS=-mod=readonly go test -count=1 ./...

@@ -23,7 +23,7 @@ peer-servers: ## nats-server and redis-server from Debian (for bench/pop_peers a
 	  scripts/apt-install.sh nats-server redis-server
 
 peer-loadgen: $(STAMP) ## build and vet the Go load generator (bench/loadgen) into ~/.cache/popfleet
-	@$(PY) -m bench.peers.loadgen
+	@$(PY) -m tools.gobuild loadgen
 	@cd bench/loadgen && GOFLAGS=-mod=readonly go vet ./...
 
 peer-rocketmq: $(STAMP) java ## Apache RocketMQ 5.3.3 jars from Maven Central into ~/.cache/popfleet

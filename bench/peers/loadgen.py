@@ -1,13 +1,8 @@
 """The compiled load generator (Go, ``bench/loadgen/``): build it once, run one phase.
 
-Build: ``go build -trimpath`` of the module in ``bench/loadgen`` into
-``~/.cache/popfleet/loadgen-<digest>/loadgen``, where the digest covers ``go.mod``,
-``go.sum`` and every ``.go`` file, so a changed source or dependency builds anew
-and an unchanged one is reused; the binary is never committed. The ``go`` command
-is the one on ``PATH``, else ``/usr/local/go/bin/go``; ``GOFLAGS=-mod=readonly``
-makes a ``go.sum`` that does not match fail the build instead of being rewritten.
-Any build or module-fetch failure raises :class:`LoadgenUnavailable` with the
-tail of go's output: the benchmark and its smoke test fail loudly, never skip.
+Build: :mod:`tools.gobuild` (into ``~/.cache/popfleet/loadgen-<digest>/``, never
+committed); a build failure raises :class:`LoadgenUnavailable` with the tail of go's
+output: the benchmark and its smoke test fail loudly, never skip.
 
 Run: :func:`run_phase` starts the binary for one phase (``-system``, ``-phase``,
 ... as :class:`Phase` lists them), optionally inside another process's network
@@ -19,82 +14,20 @@ Callers: :mod:`bench.pop_peers_loadgen`, ``tests/integration/bench``.
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[2]
-SOURCE = ROOT / "bench" / "loadgen"
-FRONT_SOURCE = ROOT / "broker_image" / "front"
-CACHE = Path.home() / ".cache" / "popfleet"
-GO_FALLBACK = Path("/usr/local/go/bin/go")
-BUILD_TIMEOUT_S = 1200.0
+from tools import gobuild
+
+LoadgenUnavailable = gobuild.GoBuildFailed
 
 
-class LoadgenUnavailable(RuntimeError):
-    """The Go toolchain is missing, or the load generator did not build."""
-
-
-def source_digest(source: Path = SOURCE) -> str:
-    """12 hex digits of SHA-256 over go.mod, go.sum and the .go files (names and bytes)."""
-    digest = hashlib.sha256()
-    files = [source / "go.mod", source / "go.sum", *sorted(source.glob("*.go"))]
-    for path in files:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return digest.hexdigest()[:12]
-
-
-def binary_path(source: Path = SOURCE, *, cache: Path = CACHE, name: str = "loadgen") -> Path:
-    return cache / f"{name}-{source_digest(source)}" / name
-
-
-def go_command() -> str:
-    found = shutil.which("go")
-    if found:
-        return found
-    if GO_FALLBACK.is_file():
-        return str(GO_FALLBACK)
-    raise LoadgenUnavailable(
-        "no Go toolchain: put /usr/local/go/bin on PATH (make bench and make test do)"
-    )
-
-
-def ensure_built(source: Path = SOURCE, *, cache: Path = CACHE, name: str = "loadgen") -> Path:
-    """The binary for the current sources, built when it is not in the cache yet.
-
-    Also builds the broker's front end (``name="popfront"``, :data:`FRONT_SOURCE`).
-    """
-    target = binary_path(source, cache=cache, name=name)
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
-    argv = [go_command(), "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), "."]
-    try:
-        out = subprocess.run(
-            argv,
-            cwd=source,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=BUILD_TIMEOUT_S,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise LoadgenUnavailable(f"go build timed out after {BUILD_TIMEOUT_S} s") from exc
-    if out.returncode != 0 or not partial.is_file():
-        raise LoadgenUnavailable(
-            f"{' '.join(argv)} (in {source}) failed with {out.returncode}:\n"
-            f"{(out.stderr or out.stdout)[-3000:]}"
-        )
-    partial.replace(target)
-    return target
+def ensure_built(*, cache: Path = gobuild.CACHE) -> Path:
+    """The load generator for the current sources (:func:`tools.gobuild.ensure_built`)."""
+    return gobuild.ensure_built(gobuild.LOADGEN, cache=cache)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,12 +113,3 @@ def run_phase(binary: Path, phase: Phase, *, netns_pid: int | None = None) -> di
             f"loadgen {phase.system} {phase.phase} failed ({out.returncode}): {out.stderr[-2000:]}"
         )
     return parse_result(out.stdout, phase=phase.phase)
-
-
-if __name__ == "__main__":  # `make peer-loadgen` / `make front`: build (or find) it, say where
-    import sys
-
-    if sys.argv[1:] == ["popfront"]:
-        print(ensure_built(FRONT_SOURCE, name="popfront"))
-    else:
-        print(ensure_built())

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.peers import procs
+from tools import gobuild
 
 PACKAGES = ("nats-server", "redis-server")
 ROOT = Path(__file__).resolve().parents[2]
@@ -315,12 +316,12 @@ def start_front(binary: Path, work_dir: Path, *, port: int) -> procs.ServerProce
     """The ``popfront`` front end on ``port``, forwarding to the endpoint's Unix socket
     in ``work_dir`` (started with ``front_port=port``)."""
     port_file = work_dir / "front-port"
-    argv = [
-        str(binary),
-        "-listen", f"{procs.HOST}:{port}",
-        "-upstream", f"unix://{work_dir / FRONT_SOCKET}",
-        "-port-file", str(port_file),
-    ]  # fmt: skip
+    argv = gobuild.front_argv(
+        binary,
+        listen=f"{procs.HOST}:{port}",
+        socket_path=work_dir / FRONT_SOCKET,
+        port_file=port_file,
+    )
     return procs.start(
         "popfront",
         argv,

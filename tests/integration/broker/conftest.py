@@ -4,8 +4,9 @@
 role processes (store + popack + revive on a Unix socket): the same suite,
 both deployments (DESIGN §3). The modules that prove the wire (official
 Python and Node.js clients, auth, TLS, bad input, change of invisible time,
-FIFO) also run both behind the compiled front end ``popfront``
-(``harness.WITH_FRONT``).
+FIFO) also run both behind the compiled front end ``popfront``: such a module
+sets ``BROKER_MODES = WITH_FRONT`` and ``pytest_generate_tests`` below gives its
+``broker`` and ``shared_broker`` those modes.
 
 The official client is used unmodified. Its local-IP probe (a UDP connect to
 8.8.8.8 to learn the outbound address) is pre-seeded with 127.0.0.1 before any
@@ -68,15 +69,24 @@ def running(mode: str, work_dir: Path) -> Iterator[BrokerProcess]:
         print(process.logs())  # shown by pytest only when the test failed
 
 
-@pytest.fixture(params=MODES)
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """``broker`` and ``shared_broker`` run in each mode of the module's ``BROKER_MODES``
+    (default: the two deployments, ``harness.MODES``)."""
+    modes = getattr(metafunc.module, "BROKER_MODES", MODES)
+    if "broker" in metafunc.fixturenames:
+        metafunc.parametrize("broker", modes, indirect=True, scope="function")
+    if "shared_broker" in metafunc.fixturenames:
+        metafunc.parametrize("shared_broker", modes, indirect=True, scope="module")
+
+
+@pytest.fixture
 def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A fresh broker per test, in each deployment. Modules that also run behind
-    popfront override it with ``params=WITH_FRONT``."""
+    """A fresh broker per test, in each of the module's modes."""
     with running(str(request.param), tmp_path / "broker") as process:
         yield process
 
 
-@pytest.fixture(scope="module", params=MODES)
+@pytest.fixture(scope="module")
 def shared_broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[BrokerProcess]:

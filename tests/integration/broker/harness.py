@@ -23,11 +23,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.peers import loadgen
 from popbroker.store.api import GroupConfig, TopicConfig
 from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
 from popbroker.store.wire.client import RemoteStore
+from tools import gobuild
 
 SEGMENT_BYTES = 8 * 1024 * 1024
 START_TIMEOUT_S = 30.0
@@ -183,20 +183,15 @@ class BrokerProcess:
         """Start popfront first (its port is what routes name); the endpoint's flags."""
         front_port_file = self.work_dir / "front-port"
         socket_path = self.work_dir / "popack.sock"
-        binary = loadgen.ensure_built(loadgen.FRONT_SOURCE, name="popfront")
-        tls = self._take_tls_flags()
+        argv = gobuild.front_argv(
+            gobuild.ensure_built(gobuild.FRONT),
+            listen=f"{self.host}:0",
+            socket_path=socket_path,
+            port_file=front_port_file,
+            tls=tuple(self._take_tls_flags()),
+        )
         log = (self.work_dir / "popfront.log").open("ab")
-        proc = subprocess.Popen(
-            [
-                str(binary),
-                "-listen", f"{self.host}:0",
-                "-upstream", f"unix://{socket_path}",
-                "-port-file", str(front_port_file),
-                *tls,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         self.procs.append(proc)
         self.roles["popfront"] = proc

@@ -7,7 +7,7 @@ validation cannot hide what the broker answers.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -15,17 +15,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from popbroker.grpc.protocol import Code, MessagingServiceStub, definition, service
-from tests.integration.broker.conftest import GROUP, TOPIC, running
+from tests.integration.broker.conftest import GROUP, TOPIC
 from tests.integration.broker.harness import WITH_FRONT, BrokerProcess
 
-
-@pytest.fixture(scope="module", params=WITH_FRONT)
-def shared_broker(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[BrokerProcess]:
-    """Also behind popfront (conftest): bad input gets the same answers through it."""
-    with running(str(request.param), tmp_path_factory.mktemp("broker")) as process:
-        yield process
+BROKER_MODES = WITH_FRONT  # also behind popfront (conftest)
 
 
 METADATA = (("x-mq-client-id", "bad-input-test@1"),)

@@ -3,22 +3,15 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from rocketmq.v5.exception import BadRequestException
 
 from tests.integration.broker import officialclient as oc
-from tests.integration.broker.conftest import GROUP, TOPIC, running
+from tests.integration.broker.conftest import GROUP, TOPIC
 from tests.integration.broker.harness import WITH_FRONT, BrokerProcess
 
-
-@pytest.fixture(params=WITH_FRONT)
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
-    """Also behind popfront (conftest)."""
-    with running(str(request.param), tmp_path / "broker") as process:
-        yield process
+BROKER_MODES = WITH_FRONT  # also behind popfront (conftest)
 
 
 INVALID_RECEIPT_HANDLE = 40013

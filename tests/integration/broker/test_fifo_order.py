@@ -5,21 +5,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from tests.integration.broker import officialclient as oc
-from tests.integration.broker.conftest import FIFO_GROUP, FIFO_TOPIC, running
+from tests.integration.broker.conftest import FIFO_GROUP, FIFO_TOPIC
 from tests.integration.broker.harness import WITH_FRONT, BrokerProcess
 
-
-@pytest.fixture(params=WITH_FRONT)
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
-    """Also behind popfront (conftest)."""
-    with running(str(request.param), tmp_path / "broker") as process:
-        yield process
+BROKER_MODES = WITH_FRONT  # also behind popfront (conftest)
 
 
 GROUPS = ("g-a", "g-b", "g-c", "g-d")

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,10 @@ from rocketmq.grpc_protocol import service_pb2_grpc
 from rocketmq.grpc_protocol.definition_pb2 import Code, Resource
 from rocketmq.grpc_protocol.service_pb2 import QueryRouteRequest
 
-from tests.integration.broker.conftest import GROUP, TOPIC, running
+from tests.integration.broker.conftest import GROUP, TOPIC
 from tests.integration.broker.harness import WITH_FRONT, BrokerProcess
 
-
-@pytest.fixture(params=WITH_FRONT)
-def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BrokerProcess]:
-    """Also behind popfront (conftest)."""
-    with running(str(request.param), tmp_path / "broker") as process:
-        yield process
+BROKER_MODES = WITH_FRONT  # also behind popfront (conftest)
 
 
 SCRIPT = Path(__file__).parent / "nodeclient" / "produce_consume.mjs"

@@ -50,23 +50,6 @@ def test_a_phase_becomes_the_binary_flags() -> None:
     assert loadgen.netns_prefix(42) == ["nsenter", "--net=/proc/42/ns/net", "--"]
 
 
-def test_the_build_is_keyed_by_go_sum_and_every_source(tmp_path: Path) -> None:
-    for name, text in {
-        "go.mod": "module x\n",
-        "go.sum": "a\n",
-        "main.go": "package main\n",
-    }.items():
-        (tmp_path / name).write_text(text)
-    first = loadgen.source_digest(tmp_path)
-    assert loadgen.binary_path(tmp_path, cache=tmp_path / "c").parent.name == f"loadgen-{first}"
-    (tmp_path / "go.sum").write_text("b\n")
-    second = loadgen.source_digest(tmp_path)
-    (tmp_path / "extra.go").write_text("package main\n")
-    assert len({first, second, loadgen.source_digest(tmp_path)}) == 3
-    (tmp_path / "README").write_text("not a source")
-    assert loadgen.source_digest(tmp_path) == loadgen.source_digest(tmp_path)
-
-
 def _run(produce: float, p50: float, cpu_us: float | None) -> dict[str, object]:
     return {
         "produce": {"msgs_per_s": produce, "cpu": {"cpu_us_per_msg": cpu_us}},

@@ -128,11 +128,10 @@ class ReviveService:
         topic = names.revive_topic(self._settings.cluster)
         stream = self._store.arrivals(topic)
         try:
-            async for arrival in stream:
-                if arrival.topic == topic:
-                    event = self._wakeups.get(arrival.queue_id)
-                    if event is not None:
-                        event.set()
+            async for arrival in stream:  # of the revive topic only (Store.arrivals)
+                event = self._wakeups.get(arrival.queue_id)
+                if event is not None:
+                    event.set()
         finally:
             aclose = getattr(stream, "aclose", None)
             if aclose is not None:

@@ -1,0 +1,1 @@
+"""Build helpers shared by make targets, tests and benchmarks (not shipped)."""
