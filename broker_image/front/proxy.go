@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 
@@ -148,9 +149,15 @@ func (p *proxy) receive(ctx context.Context, stream grpc.ServerStream) error {
 	if err != nil {
 		return err
 	}
-	responses, err := splitBatch(batch)
+	items, err := splitBatch(batch)
 	if err != nil {
 		return status.Errorf(codes.Internal, "popfront: %v", err)
+	}
+	responses := make([]frame, len(items))
+	for i, item := range items { // all built before the first is sent: nothing half answered
+		if responses[i], err = response(item); err != nil {
+			return status.Errorf(codes.Internal, "popfront: ReceiveBatch item %d: %v", i, err)
+		}
 	}
 	for i := range responses {
 		if err := stream.SendMsg(&responses[i]); err != nil {
@@ -160,7 +167,23 @@ func (p *proxy) receive(ctx context.Context, stream grpc.ServerStream) error {
 	return nil
 }
 
-// splitBatch reads a ReceiveBatch (repeated bytes responses = 1) into its frames.
+// response is the ReceiveMessageResponse of one ReceiveBatch item: the first byte
+// says whether the rest is that response already serialized ('R') or a delivery
+// to build ('D', delivery.go).
+func response(item frame) (frame, error) {
+	if len(item) == 0 {
+		return nil, errors.New("empty item")
+	}
+	switch item[0] {
+	case itemResponse:
+		return item[1:], nil
+	case itemDelivery:
+		return buildResponse(item)
+	}
+	return nil, fmt.Errorf("unknown item kind 0x%02x", item[0])
+}
+
+// splitBatch reads a ReceiveBatch (repeated bytes responses = 1) into its items.
 func splitBatch(b []byte) ([]frame, error) {
 	var out []frame
 	for len(b) > 0 {

@@ -7,40 +7,105 @@ The front end (``broker_image/front``, the ``popfront`` binary) terminates the
 clients' connections and forwards every call to this endpoint unchanged, except
 ``ReceiveMessage``: that it asks as one unary call of ``FRONT_RECEIVE``
 (request: the client's ``ReceiveMessageRequest``; answer: a ``ReceiveBatch``,
-``repeated bytes responses = 1``, each element one serialized
-``ReceiveMessageResponse`` in stream order) and then streams the responses to
-the client itself. The design note is
-``docs/design/2026-11-27-compiled-front-end.md``.
+``repeated bytes responses = 1``, one item per response in stream order) and then
+streams the responses to the client itself. An item's first byte says what the
+rest is: ``R``, a serialized ``ReceiveMessageResponse``; ``D``, a delivery
+(:func:`encode_delivery`): the popped message's commit-log record as stored plus
+what this delivery adds, from which popfront builds the client's ``Message``
+(``broker_image/front/delivery.go``; the reference it is tested against is
+:func:`popbroker.grpc.convert.delivered_message`). Building that message is the
+largest piece of per-message work left in Python, and in Go it is a few
+microseconds. A message read without its record (the roles shape: the store's
+wire carries fields) goes as ``R``. The design notes are
+``docs/design/2026-11-27-compiled-front-end.md`` and
+``docs/design/2026-11-28-deliveries-built-in-the-front.md``.
 
 :class:`FrontBatching` is a server interceptor, first in the chain. For
 ``FRONT_RECEIVE`` it asks the rest of the chain for the v2 ``ReceiveMessage``
 handler -- so call counting and the auth guard see a ``ReceiveMessage``, as
 without a front end -- and answers with that handler's responses collected.
+While it collects them, :data:`DELIVERIES_TO_FRONT` is set, which tells the
+servicer to yield a :class:`FrontDelivery` instead of building each message.
 Every other method passes through untouched.
 """
 
 from __future__ import annotations
 
+import contextvars
+import struct
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from popbroker.grpc.handlers import SERVICE_PREFIX
+from popbroker.services.messages import DeliveredMessage
 
 FRONT_RECEIVE = "/popfleet.front.v1.Front/ReceiveMessage"
 V2_RECEIVE = SERVICE_PREFIX + "ReceiveMessage"
 
 _RESPONSES_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
+ITEM_RESPONSE = b"R"
+ITEM_DELIVERY = b"D"
+_DELIVERY_HEAD = struct.Struct(">cIqH")  # kind, delivery_attempt, invisible_ms, len(topic)
+_LENGTH = struct.Struct(">H")
+
+DELIVERIES_TO_FRONT: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "deliveries_to_front", default=False
+)
+"""True while :class:`FrontBatching` collects a ``ReceiveMessage`` answer for popfront."""
+
+
+@dataclass(frozen=True, slots=True)
+class FrontDelivery:
+    """A popped message that popfront turns into the client's ``Message``.
+
+    Stands where the servicer would yield a ``ReceiveMessageResponse`` with that
+    message, and answers ``HasField`` as that response would (call counting asks it).
+    """
+
+    delivered: DeliveredMessage
+    namespace: str
+    store_host: str
+
+    def HasField(self, name: str) -> bool:  # noqa: N802 - the protobuf message's spelling
+        return name == "message"
+
+
+def encode_delivery(delivery: FrontDelivery) -> bytes:
+    """A ``D`` item: ``'D'``, u32 delivery attempt, i64 invisible ms, then topic,
+    namespace, store host and receipt handle each as u16 length + UTF-8, then the
+    commit-log record (big-endian; ``broker_image/front/delivery.go`` reads it)."""
+    delivered = delivery.delivered
+    topic = delivered.topic.encode()
+    namespace = delivery.namespace.encode()
+    host = delivery.store_host.encode()
+    handle = delivered.receipt_handle.encode()
+    return b"".join(
+        (
+            _DELIVERY_HEAD.pack(
+                ITEM_DELIVERY, delivered.delivery_attempt, delivered.invisible_ms, len(topic)
+            ),
+            topic,
+            _LENGTH.pack(len(namespace)),
+            namespace,
+            _LENGTH.pack(len(host)),
+            host,
+            _LENGTH.pack(len(handle)),
+            handle,
+            delivered.stored.record,
+        )
+    )
 
 
 def encode_batch(serialized: Sequence[bytes]) -> bytes:
-    """A ``ReceiveBatch`` of ``serialized`` responses (see the module docstring).
+    """A ``ReceiveBatch`` of ``serialized`` items (see the module docstring).
 
     The message has one repeated ``bytes`` field, so its encoding is each
     element as tag 1, varint length, bytes. Written here rather than generated:
-    the Python side never reads a ``ReceiveBatch``, and the responses arrive
-    already serialized by their own message class.
+    the Python side never reads a ``ReceiveBatch``, and the items arrive
+    already encoded.
     """
     out = bytearray()
     for item in serialized:
@@ -73,8 +138,17 @@ class FrontBatching(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         streaming = handler.unary_stream
         serialize = handler.response_serializer
 
+        def item(response: Any) -> bytes:
+            if isinstance(response, FrontDelivery):
+                return encode_delivery(response)
+            return ITEM_RESPONSE + bytes(serialize(response))
+
         async def batched(request: Any, context: Any) -> list[bytes]:
-            return [serialize(response) async for response in streaming(request, context)]
+            token = DELIVERIES_TO_FRONT.set(True)
+            try:
+                return [item(response) async for response in streaming(request, context)]
+            finally:
+                DELIVERIES_TO_FRONT.reset(token)
 
         return grpc.unary_unary_rpc_method_handler(
             batched,

@@ -40,7 +40,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from popbroker.grpc import convert, statuses
+from popbroker.grpc import convert, front, statuses
 from popbroker.grpc.protocol import Code, MessagingServiceServicer, definition, service
 from popbroker.services import errors
 from popbroker.services.clients import ClientKind
@@ -283,9 +283,13 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         elif delivered:
             yield service.ReceiveMessageResponse(status=convert.ok())
             namespace = request.group.resource_namespace
+            to_front = front.DELIVERIES_TO_FRONT.get()
             for message in delivered:
                 if context.done():  # the client went while the batch was being written
                     return
+                if to_front and message.stored.record:  # popfront builds the Message
+                    yield front.FrontDelivery(message, namespace, self._store_host)
+                    continue
                 yield service.ReceiveMessageResponse(
                     message=convert.delivered_message(
                         message, namespace=namespace, store_host=self._store_host

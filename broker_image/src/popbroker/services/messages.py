@@ -181,7 +181,7 @@ def message_group(properties: Mapping[str, str]) -> str | None:
 def delivery_timestamp_ms(properties: Mapping[str, str]) -> int | None:
     """A DELAY message's delivery time, if any."""
     raw = properties.get(PROPERTY_DELIVER_MS)
-    if raw is None or not raw.isdigit():
+    if raw is None or not (raw.isascii() and raw.isdigit()):
         return None
     return int(raw)
 

@@ -105,6 +105,10 @@ class StoredMessage:
     born_host: str
     reconsume_times: int
     flags: int
+    # The verified commit-log record these fields were decoded from, when the reader has
+    # it at hand (LocalStore does; the store's wire does not carry it). The compiled front
+    # end builds the client's message from it (popbroker.grpc.front).
+    record: bytes = field(default=b"", repr=False, compare=False)
 
     @property
     def tag(self) -> str:

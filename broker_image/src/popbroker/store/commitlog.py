@@ -144,13 +144,15 @@ class CommitLog:
 
     def read(self, physical_offset: int, size: int) -> fmt.Record:
         """Read and verify one record; ``CorruptStore`` if it fails verification."""
-        return fmt.Record(*self.read_fields(physical_offset, size))
+        return self.read_verified(physical_offset, size)[1]
 
-    def read_fields(self, physical_offset: int, size: int) -> fmt.RecordFields:
-        """:meth:`read` as a tuple in ``Record``'s field order (bulk readers)."""
+    def read_verified(self, physical_offset: int, size: int) -> tuple[bytes, fmt.Record]:
+        """:meth:`read`, and the record's bytes as stored."""
         raw = self.file.read(physical_offset, size)
         try:
-            return fmt.decode_fields(raw, expected_physical_offset=physical_offset)
+            return raw, fmt.Record(
+                *fmt.decode_fields(raw, expected_physical_offset=physical_offset)
+            )
         except fmt.FormatError as exc:
             raise CorruptStore(
                 f"commit log record at physical offset {physical_offset} is damaged: {exc}"
@@ -158,7 +160,7 @@ class CommitLog:
 
     def read_many(self, extents: Sequence[tuple[int, int]]) -> fmt.SpanColumns:
         """The records at ``(physical_offset, size)`` of each extent, in order, verified as
-        :meth:`read_fields` verifies them, as columns (bulk readers).
+        :meth:`read` verifies them, as columns (bulk readers).
 
         Records of one queue sit close together in the log (a revive queue's records lie
         between the other queues' ones), and a system call costs more than copying the

@@ -731,7 +731,7 @@ class LocalStore:
         return ReadStatus.FOUND, low, high
 
     def _message_locked(self, entry: Entry) -> StoredMessage:
-        record = self.commitlog.read(entry.physical_offset, entry.size)
+        raw, record = self.commitlog.read_verified(entry.physical_offset, entry.size)
         if record.queue_offset != entry.queue_offset:
             raise CorruptStore(
                 f"consume queue entry for queue offset {entry.queue_offset} points at physical "
@@ -750,6 +750,7 @@ class LocalStore:
             born_host=record.born_host,
             reconsume_times=record.reconsume_times,
             flags=record.flags,
+            record=raw,
         )
 
     async def bounds(self, topic: str, queue_id: int) -> QueueBounds:
