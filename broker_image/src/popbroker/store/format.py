@@ -203,6 +203,17 @@ def decode_record(raw: bytes, *, expected_physical_offset: int) -> Record:
 
 RecordFields = tuple[int, int, int, int, int, int, int, int, str, str, dict[str, str], bytes]
 
+_PHYSICAL = struct.Struct(">q")
+
+
+def physical_offset_of(raw: bytes) -> int:
+    """The physical offset a record says it was written at (unverified: the CRC that covers
+    it is checked by :func:`decode_fields`); ``FormatError`` when ``raw`` is too short."""
+    if len(raw) < MIN_RECORD_SIZE:
+        raise FormatError(f"record truncated: {len(raw)} bytes")
+    (physical,) = _PHYSICAL.unpack_from(raw, PREFIX_SIZE)
+    return int(physical)
+
 
 def decode_fields(raw: bytes, *, expected_physical_offset: int) -> RecordFields:
     """:func:`decode_record`'s checks and values, as a tuple in :class:`Record`'s field order.

@@ -11,7 +11,10 @@ Rules:
   a peer that forgot to set an enum never gets a silent default;
 * ``Permission`` travels as its RocketMQ bit value (0 is valid);
 * values out of a proto field's range (an ``int32`` queue id of 2**40) raise
-  ``errors.InvalidArgument`` from ``*_to_pb``, not protobuf's ``ValueError``.
+  ``errors.InvalidArgument`` from ``*_to_pb``, not protobuf's ``ValueError``;
+* a ``StoredMessage`` read with its commit-log record travels as that record alone
+  (``record``, the other fields unset); the receiver verifies and decodes it, and a
+  record that fails is ``errors.CorruptStore``, as a damaged record on disk is.
 
 Callers: ``popbroker.store.wire.server`` and ``popbroker.store.wire.client``.
 """
@@ -24,6 +27,7 @@ from collections.abc import Iterator, Mapping
 from typing import TypeVar
 
 from popbroker.store import api, errors
+from popbroker.store import format as fmt
 from popbroker.store.wire import store_pb2 as pb
 
 _E = TypeVar("_E", bound=enum.Enum)
@@ -161,6 +165,8 @@ def append_result_from_pb(msg: pb.AppendResult) -> api.AppendResult:
 
 
 def stored_message_to_pb(message: api.StoredMessage) -> pb.StoredMessage:
+    if message.record:
+        return pb.StoredMessage(record=message.record)
     with refusing_bad_values("StoredMessage"):
         return pb.StoredMessage(
             topic=message.topic,
@@ -178,6 +184,8 @@ def stored_message_to_pb(message: api.StoredMessage) -> pb.StoredMessage:
 
 
 def stored_message_from_pb(msg: pb.StoredMessage) -> api.StoredMessage:
+    if msg.record:
+        return _stored_message_from_record(msg.record)
     return api.StoredMessage(
         topic=msg.topic,
         queue_id=msg.queue_id,
@@ -190,6 +198,40 @@ def stored_message_from_pb(msg: pb.StoredMessage) -> api.StoredMessage:
         born_host=msg.born_host,
         reconsume_times=msg.reconsume_times,
         flags=msg.flags,
+    )
+
+
+def _stored_message_from_record(record: bytes) -> api.StoredMessage:
+    try:
+        (
+            physical,
+            _size,
+            queue_id,
+            queue_offset,
+            flags,
+            born_ms,
+            store_ms,
+            reconsume_times,
+            topic,
+            born_host,
+            properties,
+            body,
+        ) = fmt.decode_fields(record, expected_physical_offset=fmt.physical_offset_of(record))
+    except fmt.FormatError as exc:
+        raise errors.CorruptStore(f"a record read over the store's wire is damaged: {exc}") from exc
+    return api.StoredMessage(
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=queue_offset,
+        physical_offset=physical,
+        body=body,
+        properties=properties,
+        born_timestamp_ms=born_ms,
+        store_timestamp_ms=store_ms,
+        born_host=born_host,
+        reconsume_times=reconsume_times,
+        flags=flags,
+        record=record,
     )
 
 

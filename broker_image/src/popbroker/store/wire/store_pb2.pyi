@@ -300,6 +300,7 @@ class StoredMessage(_message.Message):
     BORN_HOST_FIELD_NUMBER: _builtins.int
     RECONSUME_TIMES_FIELD_NUMBER: _builtins.int
     FLAGS_FIELD_NUMBER: _builtins.int
+    RECORD_FIELD_NUMBER: _builtins.int
     topic: _builtins.str
     queue_id: _builtins.int
     queue_offset: _builtins.int
@@ -310,6 +311,12 @@ class StoredMessage(_message.Message):
     born_host: _builtins.str
     reconsume_times: _builtins.int
     flags: _builtins.int
+    record: _builtins.bytes
+    """The commit-log record as stored (popbroker/store/format.py). A reader that has it
+    sends it alone, the fields above left unset, and the receiver decodes and verifies
+    it (CRC, length) itself: one bytes field instead of eleven, and the record is what
+    the compiled front end builds a client's message from.
+    """
     @_builtins.property
     def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     def __init__(
@@ -326,10 +333,11 @@ class StoredMessage(_message.Message):
         born_host: _builtins.str = ...,
         reconsume_times: _builtins.int = ...,
         flags: _builtins.int = ...,
+        record: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "born_host", b"born_host", "born_timestamp_ms", b"born_timestamp_ms", "flags", b"flags", "physical_offset", b"physical_offset", "properties", b"properties", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "reconsume_times", b"reconsume_times", "store_timestamp_ms", b"store_timestamp_ms", "topic", b"topic"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "born_host", b"born_host", "born_timestamp_ms", b"born_timestamp_ms", "flags", b"flags", "physical_offset", b"physical_offset", "properties", b"properties", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "reconsume_times", b"reconsume_times", "record", b"record", "store_timestamp_ms", b"store_timestamp_ms", "topic", b"topic"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
