@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -130,3 +132,19 @@ def test_match_keys_of_one_request_never_collide() -> None:
     assert first != second
     assert len({first, second}) == 2
     assert isinstance(first, tuple)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    diff_tuples,
+    st.integers(0, 2**32 - 1),
+    st.integers(0, 5),
+    st.text(min_size=1, max_size=8),
+)
+def test_setting_bits_changes_nothing_but_the_bitmap(
+    diffs: tuple[int, ...], bits: int, reput_times: int, topic: str
+) -> None:
+    """with_bitmap names every field itself (for speed): it must keep them all."""
+    ck = _ck(diffs, reput_times=reput_times, topic=topic, ack_bitmap=1)
+    wanted = (ck.ack_bitmap | bits) & checkpoints.full_bitmap(ck)
+    assert checkpoints.with_bitmap(ck, wanted) == dataclasses.replace(ck, ack_bitmap=wanted)

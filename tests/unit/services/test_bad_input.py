@@ -88,3 +88,48 @@ async def test_change_invisible_out_of_range(broker: Broker) -> None:
             receipt_handle=message.receipt_handle,
             invisible_ms=13 * 3600 * 1000,
         )
+
+
+async def test_one_request_s_acks_answer_each_handle_alone(broker: Broker) -> None:
+    """ack_many (AckMessage's entries): each handle gets what ack() alone would give it."""
+    for body in (b"a", b"b", b"c"):
+        await broker.send(body)
+    first, second, third = await broker.receive(3)
+    forged = "0 1700000000000 10000 0 0 other-broker 0 0 0"
+    outcomes = await broker.popack.acker.ack_many(
+        group=GROUP,
+        topic=TOPIC,
+        receipt_handles=[
+            first.receipt_handle,
+            forged,
+            second.receipt_handle,
+            "",
+            first.receipt_handle,
+        ],
+    )
+    assert [type(o).__name__ if o else None for o in outcomes] == [
+        None,
+        "InvalidReceiptHandle",
+        None,
+        "InvalidReceiptHandle",
+        None,  # acks are idempotent
+    ]
+    broker.clock.advance(10_000)
+    await broker.flush()
+    broker.clock.advance(1_000)
+    await broker.revive_step()
+    (again,) = await broker.receive(3)  # only the one left unacked comes back
+    assert again.stored.body == third.stored.body
+    late = await broker.popack.acker.ack_many(
+        group=GROUP, topic=TOPIC, receipt_handles=[third.receipt_handle]
+    )
+    assert isinstance(late[0], pop_errors.InvalidReceiptHandle)  # expired
+
+
+async def test_acks_for_an_unknown_group_all_answer_group_not_found(broker: Broker) -> None:
+    outcomes = await broker.popack.acker.ack_many(
+        group="nobody", topic=TOPIC, receipt_handles=["x", "y"]
+    )
+    assert len(outcomes) == 2
+    assert all(isinstance(o, errors.GroupNotFound) for o in outcomes)
+    assert await broker.popack.acker.ack_many(group=GROUP, topic=TOPIC, receipt_handles=[]) == []

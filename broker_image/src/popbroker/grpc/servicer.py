@@ -306,28 +306,28 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
         yield now
 
     async def AckMessage(self, request: Any, context: Any) -> Any:
-        acker = self._services.acker
-        entries = []
-        for entry in request.entries:
-            acked = await _answered(
-                "AckMessage",
-                functools.partial(
-                    acker.ack,
-                    group=request.group.name,
-                    topic=request.topic.name,
-                    receipt_handle=entry.receipt_handle,
-                ),
-            )
-            entries.append(
-                service.AckMessageResultEntry(
-                    message_id=entry.message_id,
-                    receipt_handle=entry.receipt_handle,
-                    status=acked.status if isinstance(acked, _Failed) else convert.ok(),
-                )
-            )
-        return service.AckMessageResponse(
-            status=_common_status([e.status for e in entries]), entries=entries
+        requested = request.entries
+        outcomes = await _answered(
+            "AckMessage",
+            functools.partial(
+                self._services.acker.ack_many,
+                group=request.group.name,
+                topic=request.topic.name,
+                receipt_handles=[entry.receipt_handle for entry in requested],
+            ),
         )
+        response = service.AckMessageResponse()
+        add = response.entries.add
+        ok = convert.ok()
+        for index, entry in enumerate(requested):
+            if isinstance(outcomes, _Failed):
+                status = outcomes.status
+            else:
+                outcome = outcomes[index]
+                status = ok if outcome is None else _failure(outcome, "AckMessage")
+            add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=status)
+        response.status.CopyFrom(_common_status([e.status for e in response.entries]))
+        return response
 
     async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:
         handle = await _answered(

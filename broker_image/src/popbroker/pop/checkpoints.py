@@ -35,7 +35,7 @@ Callers: :mod:`popbroker.pop.checkpointbuffer` (in-memory CKs),
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from popbroker.pop import errors
@@ -194,7 +194,20 @@ def with_bitmap(ck: Checkpoint, ack_bitmap: int) -> Checkpoint:
     merged = ck.ack_bitmap | ack_bitmap
     if merged == ck.ack_bitmap:
         return ck
-    return replace(ck, ack_bitmap=merged)
+    # Every field named: dataclasses.replace costs three times as much, once per ack.
+    return Checkpoint(
+        topic=ck.topic,
+        group=ck.group,
+        queue_id=ck.queue_id,
+        start_queue_offset=ck.start_queue_offset,
+        pop_time_ms=ck.pop_time_ms,
+        invisible_ms=ck.invisible_ms,
+        revive_queue_id=ck.revive_queue_id,
+        broker_name=ck.broker_name,
+        queue_offset_diffs=ck.queue_offset_diffs,
+        ack_bitmap=merged,
+        reput_times=ck.reput_times,
+    )
 
 
 def full_bitmap(ck: Checkpoint) -> int:

@@ -38,7 +38,7 @@ ForwardMessageToDeadLetterQueue).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from popbroker.pop import errors as pop_errors
@@ -50,7 +50,7 @@ from popbroker.services import errors, messages, revivelog
 from popbroker.services.configcache import ConfigCache
 from popbroker.services.popstate import PopState
 from popbroker.services.settings import PopackSettings
-from popbroker.store.api import StoreApi, StoredMessage
+from popbroker.store.api import StoreApi, StoredMessage, TopicConfig
 from popbroker.store.errors import StoreError, UnknownTopic
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,35 @@ class Acker:
     async def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """Ack one message; raises on an invalid handle (see the module docstring)."""
         target = await self._validate(group, topic, receipt_handle)
+        await self._ack_target(target)
+
+    async def ack_many(
+        self, *, group: str, topic: str, receipt_handles: Sequence[str]
+    ) -> list[Exception | None]:
+        """Ack each of ``receipt_handles`` (one AckMessage request's entries), in order.
+
+        One outcome per handle: None when acked, else the exception :meth:`ack` would
+        have raised for that handle alone; one handle's failure does not stop the
+        others. The group and topic are looked up once for all of them.
+        """
+        try:
+            topic_config = await self._configs(group, topic)
+        except Exception as exc:  # noqa: BLE001 - every entry answers with it
+            return [exc] * len(receipt_handles)
+        outcomes: list[Exception | None] = []
+        for receipt_handle in receipt_handles:
+            try:
+                target = self._target(
+                    group, topic, topic_config=topic_config, receipt_handle=receipt_handle
+                )
+                await self._ack_target(target)
+            except Exception as exc:  # noqa: BLE001 - this entry's answer (the caller maps it)
+                outcomes.append(exc)
+            else:
+                outcomes.append(None)
+        return outcomes
+
+    async def _ack_target(self, target: _Target) -> None:
         if target.handle.is_fifo:
             await self._ack_fifo(target)
         else:
@@ -270,8 +299,18 @@ class Acker:
     # -- validation --------------------------------------------------------------------------
 
     async def _validate(self, group: str, topic: str, receipt_handle: str) -> _Target:
+        topic_config = await self._configs(group, topic)
+        return self._target(group, topic, topic_config=topic_config, receipt_handle=receipt_handle)
+
+    async def _configs(self, group: str, topic: str) -> TopicConfig:
+        """Step 1 of the validation: the group and the topic exist; the topic's config."""
         await self._config.group(group)
-        topic_config = await self._config.topic(topic)
+        return await self._config.topic(topic)
+
+    def _target(
+        self, group: str, topic: str, *, topic_config: TopicConfig, receipt_handle: str
+    ) -> _Target:
+        """Steps 2 and 3 of the validation (module docstring)."""
         now_ms = self._state.clock()
         handle = receipts.decode(
             receipt_handle,

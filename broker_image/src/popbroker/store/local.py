@@ -653,14 +653,15 @@ class LocalStore:
             scan_end = min(queue_offset + max_scan, high)
             chunk = max(max_count, 64)
             while next_offset < scan_end and len(found) < max_count:
-                entries = cq.entries(next_offset, min(chunk, scan_end - next_offset))
+                entries = cq.raw_entries(next_offset, min(chunk, scan_end - next_offset))
                 if not entries:
                     break
-                for entry in entries:
-                    next_offset = entry.queue_offset + 1
-                    if not parsed.matches_hash(entry.tag_hash, hashes):
+                for physical, size, tag_hash in entries:  # tuples: no object per entry
+                    entry_offset = next_offset
+                    next_offset += 1
+                    if not parsed.matches_hash(tag_hash, hashes):
                         continue
-                    message = self._message_locked(entry)
+                    message = self._stored_locked(entry_offset, physical, size)
                     if not parsed.matches_tag(message.tag):
                         continue  # a hash collision
                     found.append(message)
@@ -730,26 +731,30 @@ class LocalStore:
             return ReadStatus.OFFSET_OVERFLOW_BADLY, low, high
         return ReadStatus.FOUND, low, high
 
-    def _message_locked(self, entry: Entry) -> StoredMessage:
-        raw, record = self.commitlog.read_verified(entry.physical_offset, entry.size)
-        if record.queue_offset != entry.queue_offset:
+    def _stored_locked(self, queue_offset: int, physical_offset: int, size: int) -> StoredMessage:
+        """The message a consume-queue entry points at, checked to be the entry's."""
+        raw, fields = self.commitlog.read_verified(physical_offset, size)
+        (_, _, queue_id, found_offset, flags, born, stored, reconsume, topic, host, props, body) = (
+            fields
+        )
+        if found_offset != queue_offset:
             raise CorruptStore(
-                f"consume queue entry for queue offset {entry.queue_offset} points at physical "
-                f"offset {entry.physical_offset}, which holds {record.topic} queue "
-                f"{record.queue_id} offset {record.queue_offset}"
+                f"consume queue entry for queue offset {queue_offset} points at physical "
+                f"offset {physical_offset}, which holds {topic} queue {queue_id} offset "
+                f"{found_offset}"
             )
         return StoredMessage(
-            topic=record.topic,
-            queue_id=record.queue_id,
-            queue_offset=record.queue_offset,
-            physical_offset=record.physical_offset,
-            body=record.body,
-            properties=record.properties,
-            born_timestamp_ms=record.born_timestamp_ms,
-            store_timestamp_ms=record.store_timestamp_ms,
-            born_host=record.born_host,
-            reconsume_times=record.reconsume_times,
-            flags=record.flags,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=found_offset,
+            physical_offset=physical_offset,
+            body=body,
+            properties=props,
+            born_timestamp_ms=born,
+            store_timestamp_ms=stored,
+            born_host=host,
+            reconsume_times=reconsume,
+            flags=flags,
             record=raw,
         )
 
