@@ -71,7 +71,10 @@ def test_spec_settings_reach_flags_resources_and_claims(owner: specs.ObjectRef) 
             "flushMode": "SYNC",
             "reviveQueueNum": 4,
             "storage": {"size": "5Gi", "storageClassName": "fast"},
-            "resources": {"store": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}},
+            "resources": {
+                "store": {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}},
+                "front": {"requests": {"cpu": "200m"}, "limits": {"memory": "256Mi"}},
+            },
             "auth": {"adminTokenSecret": {"name": "tok", "key": "t"}},
         }
     )
@@ -84,6 +87,8 @@ def test_spec_settings_reach_flags_resources_and_claims(owner: specs.ObjectRef) 
     assert "--admin-token-file=/etc/popfleet-admin/token" in store["args"]
     assert store["resources"] == {"requests": {"cpu": "500m"}, "limits": {"memory": "1Gi"}}
     assert "resources" not in pod["containers"][1]
+    front = next(c for c in pod["containers"] if c["name"] == "front")
+    assert front["resources"] == {"requests": {"cpu": "200m"}, "limits": {"memory": "256Mi"}}
     claim = manifest["spec"]["volumeClaimTemplates"][0]["spec"]
     assert claim["resources"]["requests"]["storage"] == "5Gi"
     assert claim["storageClassName"] == "fast"

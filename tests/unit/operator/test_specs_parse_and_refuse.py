@@ -19,6 +19,8 @@ def test_cluster_defaults() -> None:
 def test_bad_quantity_is_an_invalid_spec() -> None:
     with pytest.raises(InvalidSpec, match=r"spec.resources.store.requests.cpu: 'lots'"):
         specs.parse_cluster({"resources": {"store": {"requests": {"cpu": "lots"}}}})
+    with pytest.raises(InvalidSpec, match=r"spec.resources.front.limits.memory: '1 GB'"):
+        specs.parse_cluster({"resources": {"front": {"limits": {"memory": "1 GB"}}}})
 
 
 def test_topic_names_and_reserved_prefixes() -> None:

@@ -21,6 +21,7 @@ Raw = Mapping[str, Any]
 QUANTITY = re.compile(r"^[+]?[0-9]+(\.[0-9]+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$")
 RESERVED_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%")
 ROLES = ("store", "popack", "revive")
+CONTAINERS = (*ROLES, "front")  # a broker pod's containers: the roles and popfront
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +186,9 @@ def parse_cluster(spec: Raw) -> ClusterSpec:
             long_polling_max_requests=int(pop.get("longPollingMaxRequests", 10_000)),
         ),
         resources={
-            role: _resources(raw_resources[role], role) for role in ROLES if role in raw_resources
+            name: _resources(raw_resources[name], name)
+            for name in CONTAINERS
+            if name in raw_resources
         },
         admin_token=SecretKeyRef(str(token["name"]), str(token.get("key", "token")))
         if token
