@@ -146,3 +146,37 @@ def test_fuzz_mutated_fields_raise_only_invalid_receipt_handle(
     except errors.InvalidReceiptHandle:
         return
     assert receipts.encode(decoded) == " ".join(fields)  # accepted ⇒ canonical
+
+
+def _field_by_field(text: str) -> tuple[list[int], str] | None:
+    try:
+        return receipts._parse_fields(text)
+    except errors.InvalidReceiptHandle:
+        return None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    handles,
+    st.integers(0, 8),
+    st.text(alphabet=st.sampled_from("0123456789 -_.+xAz\u0660é\x00"), max_size=25),
+)
+def test_the_one_pattern_accepts_exactly_what_the_field_by_field_parse_accepts(
+    handle: ReceiptHandle, field_index: int, replacement: str
+) -> None:
+    """decode's fast path (one regular expression) and its slow path (the field-by-field
+    parse, which names the bad field) agree on every handle, good or mutated."""
+    fields = receipts.encode(handle).split(" ")
+    fields[field_index] = replacement
+    text = " ".join(fields)
+    match = receipts._HANDLE.fullmatch(text)
+    parsed = _field_by_field(text)
+    assert (match is None) == (parsed is None)
+    if match is not None and parsed is not None:
+        groups = match.groups()
+        assert parsed == ([int(g) for g in groups[:5] + groups[6:]], groups[5])
+
+
+@given(st.text(max_size=80))
+def test_the_one_pattern_agrees_on_arbitrary_text(text: str) -> None:
+    assert (receipts._HANDLE.fullmatch(text) is None) == (_field_by_field(text) is None)
