@@ -289,6 +289,11 @@ def test_the_operator_pod_deleted_mid_fan_out_the_next_one_finishes(
             "delete", "pod", old["metadata"]["name"], "-n", OPERATOR_NS,
             "--grace-period=0", "--force", "--wait=true", "--timeout=60s", timeout_s=90,
         )  # fmt: skip
+        # What the old pod converged (its process is gone: every write of it has landed).
+        # An Event it had queued when it was frozen may be lost with it: Kubernetes Events
+        # are best effort, and kopf posts them from a queue after the handler returns.
+        unfinished = faultfleet.stragglers(tb, ns, fleet)
+        by_old = {name for plural, name in fleet.names if f"{plural}/{name}" not in unfinished}
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             story.freeze(process, frozen=False)  # the next tests need a live operator
@@ -309,13 +314,16 @@ def test_the_operator_pod_deleted_mid_fan_out_the_next_one_finishes(
         what=f"the new operator's log naming an object [ns/name] ({left} were left to it)",
     )
     assert faultfleet.tracebacks(tb.log(new)) == []
-    # Each object said it was confirmed on all brokers (by the old pod or the new one).
+    # Each object the new pod converged said it was confirmed on all brokers; so did the old
+    # pod's, except those whose Event was still in its queue when it was frozen.
     found = faultfleet.events(tb, ns)
     confirmed = {
         n for n in names if faultfleet.events_about(found, n, reason="AllBrokersConfirmed")
     }
-    missing = sorted(set(names) - confirmed)
-    assert missing == [], f"{len(missing)} never told ({left} were left to the new pod)"
+    by_new = set(names) - by_old
+    assert len(by_new) >= len(rest.names), "the old pod converged objects of the second half"
+    missing = sorted(by_new - confirmed)
+    assert missing == [], f"{len(missing)} of the {len(by_new)} left to the new pod never told"
 
 
 def test_the_api_server_restarted_mid_reconcile_everything_converges(
