@@ -11,7 +11,7 @@
 //
 // Usage:
 //
-//	popfront -listen HOST:PORT -upstream TARGET [-port-file PATH]
+//	popfront -listen HOST:PORT -upstream TARGET [-port-file PATH] [-metrics-listen HOST:PORT]
 //	         [-tls-cert PEM -tls-key PEM] [-max-recv-bytes N] [-procs N] [-drain DURATION]
 //
 // TARGET is a gRPC target: unix:///path/to/socket or HOST:PORT. Only the
@@ -42,6 +42,7 @@ import (
 
 type options struct {
 	listen, upstream, portFile string
+	metricsListen              string
 	tlsCert, tlsKey            string
 	maxRecvBytes, procs        int
 	drain                      time.Duration
@@ -54,6 +55,7 @@ func parseFlags(args []string) (options, error) {
 	fs.StringVar(&o.listen, "listen", "", "HOST:PORT the clients connect to")
 	fs.StringVar(&o.upstream, "upstream", "", "gRPC target of the popack endpoint (unix:///path or HOST:PORT)")
 	fs.StringVar(&o.portFile, "port-file", "", "write the bound port here once serving")
+	fs.StringVar(&o.metricsListen, "metrics-listen", "", "HOST:PORT of /metrics (Prometheus); none when empty")
 	fs.StringVar(&o.tlsCert, "tls-cert", "", "PEM certificate chain: the client side speaks TLS only")
 	fs.StringVar(&o.tlsKey, "tls-key", "", "PEM private key of -tls-cert")
 	fs.IntVar(&o.maxRecvBytes, "max-recv-bytes", 80<<20, "largest request frame accepted from a client")
@@ -116,9 +118,24 @@ func run(o options) error {
 	}
 	defer upstream.Close()
 
+	var metrics *frontMetrics
+	if o.metricsListen != "" {
+		metrics = newFrontMetrics()
+		metricsLis, err := net.Listen("tcp", o.metricsListen)
+		if err != nil {
+			return fmt.Errorf("-metrics-listen %q: %w", o.metricsListen, err)
+		}
+		defer metricsLis.Close()
+		go func() {
+			if err := metrics.serve(metricsLis); err != nil {
+				log.Printf("metrics: %v", err)
+			}
+		}()
+	}
+
 	serverOpts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.UnknownServiceHandler(newProxy(upstream).handle),
+		grpc.UnknownServiceHandler(newProxy(upstream, metrics).handle),
 		grpc.MaxRecvMsgSize(o.maxRecvBytes),
 		// The official clients ping idle connections more often than grpc-go's default
 		// policy (5 min) allows; refusing them would close their connections.

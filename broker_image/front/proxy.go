@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -47,9 +48,12 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 type proxy struct {
 	upstream *grpc.ClientConn
+	metrics  *frontMetrics // nil: not counted
 }
 
-func newProxy(upstream *grpc.ClientConn) *proxy { return &proxy{upstream: upstream} }
+func newProxy(upstream *grpc.ClientConn, metrics *frontMetrics) *proxy {
+	return &proxy{upstream: upstream, metrics: metrics}
+}
 
 var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
 
@@ -60,10 +64,19 @@ func (p *proxy) handle(_ any, stream grpc.ServerStream) error {
 		return status.Error(codes.Internal, "popfront: no method name on the stream")
 	}
 	ctx := outgoing(stream.Context())
-	if method == v2Receive {
-		return p.receive(ctx, stream)
+	if p.metrics != nil {
+		p.metrics.inFlight.Inc()
+		defer p.metrics.inFlight.Dec()
 	}
-	return p.forward(ctx, method, stream)
+	started := time.Now()
+	var err error
+	if method == v2Receive {
+		err = p.receive(ctx, stream)
+	} else {
+		err = p.forward(ctx, method, stream)
+	}
+	p.metrics.observe(method, started, err)
+	return err
 }
 
 // outgoing carries the client's metadata upstream. Pseudo-headers are dropped;
@@ -154,11 +167,16 @@ func (p *proxy) receive(ctx context.Context, stream grpc.ServerStream) error {
 		return status.Errorf(codes.Internal, "popfront: %v", err)
 	}
 	responses := make([]frame, len(items))
+	built := 0
 	for i, item := range items { // all built before the first is sent: nothing half answered
 		if responses[i], err = response(item); err != nil {
 			return status.Errorf(codes.Internal, "popfront: ReceiveBatch item %d: %v", i, err)
 		}
+		if item[0] == itemDelivery {
+			built++
+		}
 	}
+	p.metrics.responses(built, len(items)-built)
 	for i := range responses {
 		if err := stream.SendMsg(&responses[i]); err != nil {
 			return err

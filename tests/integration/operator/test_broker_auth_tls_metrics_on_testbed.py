@@ -125,4 +125,6 @@ def test_secured_broker_serves_tls_checks_signatures_and_counts(
     waiting.until(counted, timeout_s=30, what="the refused route counted on popack's /metrics")
     assert "popfleet_store_flush_seconds_count" in _scrape(ip, names.METRICS_PORTS["store"])
     assert "popfleet_broker_revive_lag_messages" in _scrape(ip, names.METRICS_PORTS["revive"])
+    front = _scrape(ip, names.METRICS_PORTS["front"])  # the refused routes passed through it
+    assert 'popfleet_front_calls_total{code="OK",method="QueryRoute"}' in front, front[-2000:]
     assert asyncio.run(_plaintext_refused(endpoint))

@@ -36,7 +36,11 @@ def test_three_roles_and_the_front_share_the_volume_and_sockets(owner: specs.Obj
     assert "--advertise=$(POD_IP):8081" in containers["popack"]["args"]
     front = containers["front"]
     assert front["command"] == ["popfront"]
-    assert front["args"] == ["-listen=$(POD_IP):8081", "-upstream=unix:///data/popack.sock"]
+    assert front["args"] == [
+        "-listen=$(POD_IP):8081",
+        "-upstream=unix:///data/popack.sock",
+        "-metrics-listen=$(POD_IP):9103",
+    ]
     assert {"name": "client", "containerPort": 8081, "protocol": "TCP"} in front["ports"]
     assert all(p["name"] != "client" for p in containers["popack"]["ports"])
     assert pod["securityContext"]["runAsNonRoot"] is True

@@ -83,10 +83,9 @@ def test_pop_tuning_reaches_popack_flags(owner: specs.ObjectRef) -> None:
 def test_every_role_serves_metrics_on_a_named_port(owner: specs.ObjectRef) -> None:
     template = pod(owner, {})
     for role, container in containers(template).items():
-        if role == "front":
-            continue  # popfront has no metrics yet; it owns the client port
         port = names.METRICS_PORTS[role]
-        assert f"--metrics-listen=$(POD_IP):{port}" in container["args"]
+        flag = "-metrics-listen" if role == "front" else "--metrics-listen"  # Go's flag spelling
+        assert f"{flag}=$(POD_IP):{port}" in container["args"]
         assert {"name": f"metrics-{role}", "containerPort": port, "protocol": "TCP"} in container[
             "ports"
         ]
@@ -95,7 +94,7 @@ def test_every_role_serves_metrics_on_a_named_port(owner: specs.ObjectRef) -> No
     assert annotations["prometheus.io/port"] == str(names.METRICS_PORTS["popack"])
     assert annotations["prometheus.io/path"] == "/metrics"
     assert annotations[names.CONFIG_HASH] == "h"
-    assert len({n["containerPort"] for c in containers(template).values() for n in c["ports"]}) == 5
+    assert len({n["containerPort"] for c in containers(template).values() for n in c["ports"]}) == 6
 
 
 def test_the_broker_cli_accepts_the_popack_and_revive_flags(owner: specs.ObjectRef) -> None:

@@ -165,7 +165,11 @@ def popack_container(spec: ClusterSpec) -> dict[str, Any]:
 
 def front_container(spec: ClusterSpec) -> dict[str, Any]:
     """popfront on the client port, forwarding to popack's socket (module docstring)."""
-    args = [f"-listen=$(POD_IP):{names.CLIENT_PORT}", f"-upstream=unix://{names.FRONT_SOCKET}"]
+    args = [
+        f"-listen=$(POD_IP):{names.CLIENT_PORT}",
+        f"-upstream=unix://{names.FRONT_SOCKET}",
+        f"-metrics-listen=$(POD_IP):{names.METRICS_PORTS['front']}",
+    ]
     mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": names.DATA_MOUNT}]
     if spec.tls_secret is not None:
         args += [f"-tls-cert={names.TLS_MOUNT}/tls.crt", f"-tls-key={names.TLS_MOUNT}/tls.key"]
@@ -182,7 +186,14 @@ def front_container(spec: ClusterSpec) -> dict[str, Any]:
         "env": _env(),
         "volumeMounts": mounts,
         "securityContext": _security_context(),
-        "ports": [{"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"}],
+        "ports": [
+            {"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"},
+            {
+                "name": "metrics-front",
+                "containerPort": names.METRICS_PORTS["front"],
+                "protocol": "TCP",
+            },
+        ],
         "readinessProbe": {**probe, "periodSeconds": 2},
         "livenessProbe": {
             **probe,

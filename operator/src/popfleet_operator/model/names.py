@@ -32,7 +32,8 @@ ADMIN_TOKEN_MOUNT = "/etc/popfleet-admin"  # noqa: S105 - a mount path, not a se
 CREDENTIALS_MOUNT = "/etc/popfleet-credentials"  # spec.auth.credentialsSecret, popack only
 CREDENTIALS_KEY = "credentials.yaml"  # the Secret key holding the accounts file
 TLS_MOUNT = "/etc/popfleet-tls"  # spec.tls.secretName (kubernetes.io/tls), front only
-METRICS_PORTS = {"store": 9100, "popack": 9101, "revive": 9102}  # /metrics of each role
+# /metrics of each container: the three roles and popfront
+METRICS_PORTS = {"store": 9100, "popack": 9101, "revive": 9102, "front": 9103}
 STORE_SOCKET = f"{DATA_MOUNT}/store.sock"
 FRONT_SOCKET = f"{DATA_MOUNT}/popack.sock"  # popack's v2 endpoint, behind the front container
 FRONT_COMMAND = "popfront"  # the compiled front end in the broker image (broker_image/front)
