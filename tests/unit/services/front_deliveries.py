@@ -25,8 +25,8 @@ from popbroker.grpc.front import FrontDelivery, encode_delivery
 from popbroker.grpc.protocol import service
 from popbroker.services import messages
 from popbroker.services.messages import DeliveredMessage
-from popbroker.store import format as fmt
 from popbroker.store.api import StoredMessage
+from tests.unit.store.records import with_record
 
 FIXTURE = Path(__file__).resolve().parents[3] / "broker_image/front/testdata/deliveries.json"
 CASES = 64
@@ -60,33 +60,20 @@ def _case(rng: random.Random) -> dict[str, Any]:
     props = _properties(rng)
     topic = rng.choice(["orders", "%RETRY%billing", "tópico"])
     host = rng.choice(["127.0.0.1:5555", "", "10.1.2.3:40000"])
-    record = fmt.encode_record(
-        physical_offset=physical,
-        queue_id=rng.randint(0, 15),
-        queue_offset=rng.choice([0, rng.getrandbits(30)]),
-        flags=rng.getrandbits(16),
-        born_timestamp_ms=born_ms,
-        store_timestamp_ms=born_ms + rng.randint(0, 5000),
-        reconsume_times=rng.randint(0, 16),
-        topic=topic.encode(),
-        born_host=host.encode(),
-        properties=fmt.encode_properties(props),
-        body=body,
-    )
-    fields = fmt.decode_record(record, expected_physical_offset=physical)
-    stored = StoredMessage(
-        topic=fields.topic,
-        queue_id=fields.queue_id,
-        queue_offset=fields.queue_offset,
-        physical_offset=fields.physical_offset,
-        body=fields.body,
-        properties=fields.properties,
-        born_timestamp_ms=fields.born_timestamp_ms,
-        store_timestamp_ms=fields.store_timestamp_ms,
-        born_host=fields.born_host,
-        reconsume_times=fields.reconsume_times,
-        flags=fields.flags,
-        record=record,
+    stored = with_record(
+        StoredMessage(
+            topic=topic,
+            queue_id=rng.randint(0, 15),
+            queue_offset=rng.choice([0, rng.getrandbits(30)]),
+            physical_offset=physical,
+            body=body,
+            properties=props,
+            born_timestamp_ms=born_ms,
+            flags=rng.getrandbits(16),
+            store_timestamp_ms=born_ms + rng.randint(0, 5000),
+            born_host=host,
+            reconsume_times=rng.randint(0, 16),
+        )
     )
     delivered = DeliveredMessage(
         topic=rng.choice(["orders", "tópico"]),

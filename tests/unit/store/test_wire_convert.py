@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import grpc
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from popbroker.store import api, errors
-from popbroker.store import format as fmt
 from popbroker.store.wire import convert, errormap
 from popbroker.store.wire import store_pb2 as pb
+from tests.unit.store.records import with_record
 
 INT32 = st.integers(-(2**31), 2**31 - 1)
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -88,25 +86,8 @@ def test_stored_message_round_trip() -> None:
     assert back.tag == "A"
 
 
-def _with_record(message: api.StoredMessage) -> api.StoredMessage:
-    record = fmt.encode_record(
-        physical_offset=message.physical_offset,
-        queue_id=message.queue_id,
-        queue_offset=message.queue_offset,
-        flags=message.flags,
-        born_timestamp_ms=message.born_timestamp_ms,
-        store_timestamp_ms=message.store_timestamp_ms,
-        reconsume_times=message.reconsume_times,
-        topic=message.topic.encode(),
-        born_host=message.born_host.encode(),
-        properties=fmt.encode_properties(message.properties),
-        body=message.body,
-    )
-    return dataclasses.replace(message, record=record)
-
-
 def test_a_message_read_with_its_record_travels_as_the_record_alone() -> None:
-    message = _with_record(_stored(7))
+    message = with_record(_stored(7))
     wire = convert.stored_message_to_pb(message)
     assert wire.record == message.record
     assert wire.topic == "" and not wire.properties and wire.body == b""
@@ -117,14 +98,14 @@ def test_a_message_read_with_its_record_travels_as_the_record_alone() -> None:
 
 @given(st.integers(min_value=0, max_value=10_000))
 def test_a_damaged_record_on_the_wire_is_a_corrupt_store(flip: int) -> None:
-    record = bytearray(_with_record(_stored(7)).record)
+    record = bytearray(with_record(_stored(7)).record)
     record[flip % len(record)] ^= 0x5A
     with pytest.raises(errors.CorruptStore):
         convert.stored_message_from_pb(pb.StoredMessage(record=bytes(record)))
 
 
 def test_a_truncated_record_on_the_wire_is_a_corrupt_store() -> None:
-    record = _with_record(_stored(7)).record
+    record = with_record(_stored(7)).record
     for cut in (1, 20, len(record) - 1):
         with pytest.raises(errors.CorruptStore):
             convert.stored_message_from_pb(pb.StoredMessage(record=record[:cut]))

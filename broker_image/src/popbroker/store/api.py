@@ -28,7 +28,10 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from popbroker.store.format import RecordFields
 
 
 class FlushMode(enum.Enum):
@@ -106,9 +109,42 @@ class StoredMessage:
     reconsume_times: int
     flags: int
     # The verified commit-log record these fields were decoded from, when the reader has
-    # it at hand (LocalStore does; the store's wire does not carry it). The compiled front
+    # it at hand (LocalStore's reads and the store's wire both do). The compiled front
     # end builds the client's message from it (popbroker.grpc.front).
     record: bytes = field(default=b"", repr=False, compare=False)
+
+    @classmethod
+    def from_record(cls, record: bytes, fields: RecordFields) -> StoredMessage:
+        """The message a verified ``record`` holds; ``fields`` are what
+        :func:`popbroker.store.format.decode_fields` found in it."""
+        (
+            physical,
+            _size,
+            queue_id,
+            queue_offset,
+            flags,
+            born,
+            stored,
+            reconsume,
+            topic,
+            host,
+            properties,
+            body,
+        ) = fields
+        return cls(
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=queue_offset,
+            physical_offset=physical,
+            body=body,
+            properties=properties,
+            born_timestamp_ms=born,
+            store_timestamp_ms=stored,
+            born_host=host,
+            reconsume_times=reconsume,
+            flags=flags,
+            record=record,
+        )
 
     @property
     def tag(self) -> str:

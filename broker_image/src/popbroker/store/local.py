@@ -734,29 +734,14 @@ class LocalStore:
     def _stored_locked(self, queue_offset: int, physical_offset: int, size: int) -> StoredMessage:
         """The message a consume-queue entry points at, checked to be the entry's."""
         raw, fields = self.commitlog.read_verified(physical_offset, size)
-        (_, _, queue_id, found_offset, flags, born, stored, reconsume, topic, host, props, body) = (
-            fields
-        )
-        if found_offset != queue_offset:
+        message = StoredMessage.from_record(raw, fields)
+        if message.queue_offset != queue_offset:
             raise CorruptStore(
                 f"consume queue entry for queue offset {queue_offset} points at physical "
-                f"offset {physical_offset}, which holds {topic} queue {queue_id} offset "
-                f"{found_offset}"
+                f"offset {physical_offset}, which holds {message.topic} queue "
+                f"{message.queue_id} offset {message.queue_offset}"
             )
-        return StoredMessage(
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=found_offset,
-            physical_offset=physical_offset,
-            body=body,
-            properties=props,
-            born_timestamp_ms=born,
-            store_timestamp_ms=stored,
-            born_host=host,
-            reconsume_times=reconsume,
-            flags=flags,
-            record=raw,
-        )
+        return message
 
     async def bounds(self, topic: str, queue_id: int) -> QueueBounds:
         with self._lock:

@@ -203,36 +203,10 @@ def stored_message_from_pb(msg: pb.StoredMessage) -> api.StoredMessage:
 
 def _stored_message_from_record(record: bytes) -> api.StoredMessage:
     try:
-        (
-            physical,
-            _size,
-            queue_id,
-            queue_offset,
-            flags,
-            born_ms,
-            store_ms,
-            reconsume_times,
-            topic,
-            born_host,
-            properties,
-            body,
-        ) = fmt.decode_fields(record, expected_physical_offset=fmt.physical_offset_of(record))
+        fields = fmt.decode_fields(record, expected_physical_offset=fmt.physical_offset_of(record))
     except fmt.FormatError as exc:
         raise errors.CorruptStore(f"a record read over the store's wire is damaged: {exc}") from exc
-    return api.StoredMessage(
-        topic=topic,
-        queue_id=queue_id,
-        queue_offset=queue_offset,
-        physical_offset=physical,
-        body=body,
-        properties=properties,
-        born_timestamp_ms=born_ms,
-        store_timestamp_ms=store_ms,
-        born_host=born_host,
-        reconsume_times=reconsume_times,
-        flags=flags,
-        record=record,
-    )
+    return api.StoredMessage.from_record(record, fields)
 
 
 def read_result_to_pb(result: api.ReadResult) -> pb.ReadResponse:
