@@ -23,10 +23,11 @@ started and stopped by PID through :mod:`bench.peers.procs`):
   when the port file appears.
 * popfleet in the deployment shape (:func:`start_popfleet_roles`): the three role
   processes of a broker pod, ``popbroker store --socket S``, ``popbroker popack
-  --store-socket S --listen 127.0.0.1:PORT`` and ``popbroker revive --store-socket
-  S``, meeting on a Unix socket in the work dir, seeded the same way. The store is
-  ready when its socket appears, popack when its port file does; revive has no
-  readiness signal in a pod either, so it only has to be running.
+  --store-socket S --data-dir DIR --listen 127.0.0.1:PORT`` (reads from the store's
+  files, as in a pod) and ``popbroker revive --store-socket S``, meeting on a Unix
+  socket in the work dir, seeded the same way. The store is ready when its socket
+  appears, popack when its port file does; revive has no readiness signal in a pod
+  either, so it only has to be running.
 """
 
 from __future__ import annotations
@@ -275,7 +276,7 @@ def start_popfleet_roles(
         ),
         (
             "popack",
-            ["popack", "--store-socket", str(socket_path),
+            ["popack", "--store-socket", str(socket_path), "--data-dir", str(data_dir),
              *_endpoint_flags(work_dir, port, front_port), "--port-file", str(port_file)],
             lambda _port: port_file.exists(),
             port,

@@ -142,7 +142,8 @@ def smoke_broker(image: str, uid: int, tag: str) -> str:
         wait_serving(store, published(store, ADMIN_PORT))
         started.append(popack)
         docker(*run, popack, *hardened(uid, *volume), image,
-               "popack", f"--store-socket={socket_path}", "--listen=unix:/data/popack.sock",
+               "popack", f"--store-socket={socket_path}", "--data-dir=/data/store",
+               "--listen=unix:/data/popack.sock",
                f"--advertise=127.0.0.1:{CLIENT_PORT}")  # fmt: skip
         started.append(front)
         docker(*run, front, *hardened(uid, *volume, f"--publish=127.0.0.1::{CLIENT_PORT}"),

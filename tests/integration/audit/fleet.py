@@ -64,6 +64,7 @@ def start_roles(work_dir: Path) -> tuple[BrokerProcess, str]:
             [
                 "popack",
                 "--store-socket", str(socket_path),
+                "--data-dir", str(broker.data_dir),
                 "--listen", "127.0.0.1:0",
                 "--port-file", str(port_file),
             ],

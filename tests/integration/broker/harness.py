@@ -240,6 +240,7 @@ class BrokerProcess:
                 [
                     "popack",
                     "--store-socket", str(socket_path),
+                    "--data-dir", str(self.data_dir),
                     *listen,
                     "--port-file", str(port_file),
                 ],

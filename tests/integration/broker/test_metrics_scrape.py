@@ -135,6 +135,12 @@ def test_traffic_moves_the_numbers(observed: Observed) -> None:
     assert value(after, "popfleet_store_flush_seconds_count") > flushes_before
     assert ("popfleet_broker_revive_lag_messages", frozenset({("revive_queue", "0")})) in after
     assert value(after, "popfleet_metrics_refresh_errors_total") == 0
+    reads = "popfleet_broker_store_reads_total"
+    if "popack" in port_files:  # the roles shape reads the store's files (--data-dir)
+        assert value(after, reads, path="direct") >= 1
+        assert value(after, reads, path="direct") > value(after, reads, path="store")
+    else:
+        assert not [name for name, _ in after if name == reads]
 
 
 @pytest.mark.timeout(120)

@@ -1,8 +1,9 @@
 """Fixtures for the store contract suite: one ``store`` per implementation.
 
 Every test that takes ``store`` runs against each implementation of ``StoreApi``
-(STYLE §11): the in-process ``LocalStore`` and, once wired, ``RemoteStore`` talking
-to a store process over a Unix socket.
+(STYLE §11): the in-process ``LocalStore``; ``RemoteStore`` talking to a store
+process over a Unix socket; and that ``RemoteStore`` reading the store's files
+itself (``direct``: ``popbroker popack --data-dir``, :mod:`popbroker.store.direct`).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from popbroker.roles import running
 from popbroker.store.api import FlushMode, StoreApi, TopicConfig
 from popbroker.store.local import LocalStore
 from tests.integration.store.remote_fixture import store_process_factory
 from tests.storesettings import small_settings
 
-IMPLEMENTATIONS = ["local", "remote"]
+IMPLEMENTATIONS = ["local", "remote", "direct"]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
@@ -47,6 +49,8 @@ async def store(
     with store_process_factory(tmp_path) as spawn:
         process = spawn(tmp_path / "data", settings=settings)
         remote = await process.connect()
+        if implementation == "direct":
+            remote.read_directly(running.direct_reads(tmp_path / "data", await remote.info()))
         try:
             await remote.put_topic(TopicConfig("orders", read_queue_nums=4, write_queue_nums=4))
             yield remote

@@ -29,6 +29,8 @@ def test_three_roles_and_the_front_share_the_volume_and_sockets(owner: specs.Obj
         assert "command" not in containers[role]  # the image's entry point, popbroker
     assert "--socket=/data/store.sock" in containers["store"]["args"]
     assert "--store-socket=/data/store.sock" in containers["popack"]["args"]
+    assert "--data-dir=/data/store" in containers["popack"]["args"]  # direct reads
+    assert "--data-dir=/data/store" in containers["store"]["args"]
     assert "--store-socket=/data/store.sock" in containers["revive"]["args"]
     assert "--admin-listen=$(POD_IP):9877" in containers["store"]["args"]
     # popack serves the front on a socket and advertises the front's client port

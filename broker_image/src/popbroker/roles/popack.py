@@ -1,7 +1,14 @@
 """The ``popack`` role: the RocketMQ v2 endpoint in front of a store role (``popbroker popack``).
 
-    popbroker popack --store-socket PATH --listen HOST:PORT [--advertise HOST:PORT]
-                     [--port-file PATH] [CLIENT-EDGE] [POP-TUNING] [METRICS]
+    popbroker popack --store-socket PATH [--data-dir PATH] --listen HOST:PORT
+                     [--advertise HOST:PORT] [--port-file PATH] [CLIENT-EDGE]
+                     [POP-TUNING] [METRICS]
+
+``--data-dir``: the store role's data directory, mounted here too (in a broker
+pod it is the shared volume): reads then come from its files
+(:mod:`popbroker.store.direct`) instead of the store's socket, and only writes
+and what a direct read cannot be sure of go over it. Exit status 2 when the
+directory holds no store.
 
     CLIENT-EDGE: [--credentials-file PATH] [--tls-cert PATH --tls-key PATH]
     POP-TUNING:  [--pop-ck-stay-ms MS] [--pop-ck-max-buffer N] [--max-parked-requests N]
@@ -52,6 +59,7 @@ from popbroker.services.settings import PopackSettings
 async def run(
     *,
     store_socket: Path,
+    data_dir: Path | None = None,
     listen: str,
     advertise: str | None,
     on_bound: Callable[[int], None] = lambda port: None,
@@ -62,7 +70,7 @@ async def run(
     """The popack role: the v2 endpoint in front of a store role."""
     stop = running.stop_on_signals()
     edge = edge or EdgeOptions()
-    store = await running.remote_store(store_socket)
+    store = await running.remote_store(store_socket, data_dir=data_dir)
     try:
         if metrics is not None:
             edge.metrics = metrics.for_popack()
@@ -136,6 +144,9 @@ def popack_settings(args: argparse.Namespace) -> PopackSettings:
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="popbroker popack")
     parser.add_argument("--store-socket", type=Path, required=True)
+    parser.add_argument(
+        "--data-dir", type=Path, help="the store's data directory: read its files directly"
+    )
     add_endpoint_flags(parser)
     running.add_metrics_flags(parser)
     parser.add_argument("--log-level", default="INFO")
@@ -152,15 +163,20 @@ def main(argv: Sequence[str]) -> int:
     except (OSError, ValueError) as exc:  # BadCredentialsFile is a ValueError
         print(f"popbroker popack: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(
-        run(
-            store_socket=args.store_socket,
-            listen=args.listen,
-            advertise=args.advertise,
-            on_bound=lambda port: running.write_port(args.port_file, port),
-            settings=popack_settings(args),
-            edge=edge,
-            metrics=metrics,
+    try:
+        asyncio.run(
+            run(
+                store_socket=args.store_socket,
+                data_dir=args.data_dir,
+                listen=args.listen,
+                advertise=args.advertise,
+                on_bound=lambda port: running.write_port(args.port_file, port),
+                settings=popack_settings(args),
+                edge=edge,
+                metrics=metrics,
+            )
         )
-    )
+    except running.NotTheStoresDirectory as exc:
+        print(f"popbroker popack: --data-dir: {exc}", file=sys.stderr)
+        return 2
     return 0

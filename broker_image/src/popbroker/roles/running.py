@@ -6,7 +6,8 @@
   atomically once the server serves (how tests and supervisors learn a port 0
   without parsing logs).
 * :func:`remote_store` -- the ``popack`` and ``revive`` roles' store: the store
-  role's Unix socket, once it answers ``Info``.
+  role's Unix socket, once it answers ``Info``; with the store's data directory,
+  reads come from its files (:mod:`popbroker.store.direct`).
 * :func:`add_metrics_flags`, :func:`role_metrics`, :class:`RoleMetrics` -- one
   role process's Prometheus registry, the per-role metric sets in it, and its
   ``/metrics`` server (see :mod:`popbroker.metrics`).
@@ -31,6 +32,8 @@ from popbroker.metrics.admin import AdminMetrics
 from popbroker.metrics.popack import PopackMetrics
 from popbroker.metrics.revive import ReviveMetrics
 from popbroker.metrics.store import observe_config_writes, observe_flushes
+from popbroker.store.api import StoreInfo
+from popbroker.store.direct import DirectReads
 from popbroker.store.local import LocalStore
 from popbroker.store.wire.client import RemoteStore
 
@@ -46,11 +49,34 @@ def stop_on_signals() -> asyncio.Event:
     return stop
 
 
-async def remote_store(store_socket: Path) -> RemoteStore:
-    """The store role behind ``store_socket``, once it answers."""
+class NotTheStoresDirectory(ValueError):
+    """``--data-dir`` does not hold the store's files."""
+
+
+async def remote_store(store_socket: Path, *, data_dir: Path | None = None) -> RemoteStore:
+    """The store role behind ``store_socket``, once it answers; with ``data_dir`` (the
+    store's, mounted here too) its reads come from the files (``DirectReads``)."""
     store = RemoteStore.connect(f"unix:{store_socket}")
-    await store.wait_ready(timeout_s=STORE_READY_TIMEOUT_S)
+    try:
+        info = await store.wait_ready(timeout_s=STORE_READY_TIMEOUT_S)
+        if data_dir is not None:
+            store.read_directly(direct_reads(data_dir, info))
+    except BaseException:
+        await store.close()
+        raise
     return store
+
+
+def direct_reads(data_dir: Path, info: StoreInfo) -> DirectReads:
+    """Reads of the store ``info`` describes, from ``data_dir``; ``NotTheStoresDirectory``
+    when the directory holds no commit log or the store does not tell its layout."""
+    if not (data_dir / "commitlog").is_dir():
+        raise NotTheStoresDirectory(f"{data_dir} holds no commitlog/: not the store's data dir")
+    if info.segment_bytes <= 0 or info.cq_entries_per_file <= 0:
+        raise NotTheStoresDirectory("the store does not tell its file layout (an older store?)")
+    return DirectReads(
+        data_dir, segment_bytes=info.segment_bytes, cq_entries_per_file=info.cq_entries_per_file
+    )
 
 
 def write_port(path: Path | None, port: int) -> None:

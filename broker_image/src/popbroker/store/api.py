@@ -287,6 +287,10 @@ class StoreInfo:
     flushed_physical_offset: int
     writable: bool
     last_error: str = ""
+    # The on-disk layout (0: not told), for readers of the same volume
+    # (popbroker.store.direct).
+    segment_bytes: int = 0
+    cq_entries_per_file: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -419,6 +419,8 @@ class LocalStore:
                 flushed_physical_offset=self.flusher.flushed_position,
                 writable=not self._last_error,
                 last_error=self._last_error,
+                segment_bytes=self.settings.segment_bytes,
+                cq_entries_per_file=self.settings.cq_entries_per_file,
             )
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:

@@ -113,7 +113,7 @@ def _container(spec: ClusterSpec, role: str, args: list[str]) -> dict[str, Any]:
 
 def store_container(owner: ObjectRef, spec: ClusterSpec) -> dict[str, Any]:
     args = [
-        f"--data-dir={names.DATA_MOUNT}/store",
+        f"--data-dir={names.STORE_DATA_DIR}",
         f"--socket={names.STORE_SOCKET}",
         f"--admin-listen=$(POD_IP):{names.ADMIN_PORT}",
         f"--cluster={owner.name}",
@@ -149,6 +149,7 @@ def _popack_edge_args(spec: ClusterSpec) -> list[str]:
 def popack_container(spec: ClusterSpec) -> dict[str, Any]:
     args = [
         f"--store-socket={names.STORE_SOCKET}",
+        f"--data-dir={names.STORE_DATA_DIR}",
         f"--listen=unix:{names.FRONT_SOCKET}",
         f"--advertise=$(POD_IP):{names.CLIENT_PORT}",
         *_popack_edge_args(spec),

@@ -35,6 +35,7 @@ TLS_MOUNT = "/etc/popfleet-tls"  # spec.tls.secretName (kubernetes.io/tls), fron
 # /metrics of each container: the three roles and popfront
 METRICS_PORTS = {"store": 9100, "popack": 9101, "revive": 9102, "front": 9103}
 STORE_SOCKET = f"{DATA_MOUNT}/store.sock"
+STORE_DATA_DIR = f"{DATA_MOUNT}/store"  # the store role's files; popack reads them too
 FRONT_SOCKET = f"{DATA_MOUNT}/popack.sock"  # popack's v2 endpoint, behind the front container
 FRONT_COMMAND = "popfront"  # the compiled front end in the broker image (broker_image/front)
 BROKER_UID = 10001

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import grpc
 
 from popbroker.store import api, errors
+from popbroker.store.direct import DirectReads
 from popbroker.store.wire import convert, errormap
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire import store_pb2_grpc as pb_grpc
@@ -93,6 +94,16 @@ class RemoteStore:
         self._timeout_s = timeout_s
         self._wait_for_ready = wait_for_ready
         self._streams: set[ArrivalStream] = set()
+        self._direct: DirectReads | None = None
+
+    def read_directly(self, direct: DirectReads) -> None:
+        """Answer ``read`` from the store's files through ``direct`` when it can (it is the
+        same store's data directory: ``popbroker popack --data-dir``), else over the wire."""
+        self._direct = direct
+
+    @property
+    def direct_reads(self) -> DirectReads | None:
+        return self._direct
 
     @classmethod
     def connect(
@@ -166,6 +177,21 @@ class RemoteStore:
         tag_filter: str = "*",
         max_scan: int = 800,
     ) -> api.ReadResult:
+        if self._direct is not None:
+            if any(not s.is_settled for s in self._streams):
+                # as for a call: an arrival subscription must be confirmed before a read
+                # whose emptiness a long poll will wait on
+                await self._wait_for_subscriptions()
+            found = self._direct.read(
+                topic,
+                queue_id,
+                queue_offset,
+                max_count=max_count,
+                tag_filter=tag_filter,
+                max_scan=max_scan,
+            )
+            if found is not None:
+                return found
         with convert.refusing_bad_values("read"):
             request = pb.ReadRequest(
                 topic=topic,

@@ -94,6 +94,8 @@ def info_to_pb(info: api.StoreInfo) -> pb.StoreInfo:
             flushed_physical_offset=info.flushed_physical_offset,
             writable=info.writable,
             last_error=info.last_error,
+            segment_bytes=info.segment_bytes,
+            cq_entries_per_file=info.cq_entries_per_file,
         )
 
 
@@ -108,6 +110,8 @@ def info_from_pb(msg: pb.StoreInfo) -> api.StoreInfo:
         flushed_physical_offset=msg.flushed_physical_offset,
         writable=msg.writable,
         last_error=msg.last_error,
+        segment_bytes=msg.segment_bytes,
+        cq_entries_per_file=msg.cq_entries_per_file,
     )
 
 

@@ -140,6 +140,8 @@ class StoreInfo(_message.Message):
     FLUSHED_PHYSICAL_OFFSET_FIELD_NUMBER: _builtins.int
     WRITABLE_FIELD_NUMBER: _builtins.int
     LAST_ERROR_FIELD_NUMBER: _builtins.int
+    SEGMENT_BYTES_FIELD_NUMBER: _builtins.int
+    CQ_ENTRIES_PER_FILE_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     broker_name: _builtins.str
     config_epoch: _builtins.str
@@ -149,6 +151,9 @@ class StoreInfo(_message.Message):
     flushed_physical_offset: _builtins.int
     writable: _builtins.bool
     last_error: _builtins.str
+    segment_bytes: _builtins.int
+    """The on-disk layout, for a reader of the same volume (popbroker.store.direct)."""
+    cq_entries_per_file: _builtins.int
     def __init__(
         self,
         *,
@@ -161,10 +166,12 @@ class StoreInfo(_message.Message):
         flushed_physical_offset: _builtins.int = ...,
         writable: _builtins.bool = ...,
         last_error: _builtins.str = ...,
+        segment_bytes: _builtins.int = ...,
+        cq_entries_per_file: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "cluster", b"cluster", "config_epoch", b"config_epoch", "flush_mode", b"flush_mode", "flushed_physical_offset", b"flushed_physical_offset", "last_error", b"last_error", "max_physical_offset", b"max_physical_offset", "min_physical_offset", b"min_physical_offset", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "cluster", b"cluster", "config_epoch", b"config_epoch", "cq_entries_per_file", b"cq_entries_per_file", "flush_mode", b"flush_mode", "flushed_physical_offset", b"flushed_physical_offset", "last_error", b"last_error", "max_physical_offset", b"max_physical_offset", "min_physical_offset", b"min_physical_offset", "segment_bytes", b"segment_bytes", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
