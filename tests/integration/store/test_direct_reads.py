@@ -79,7 +79,9 @@ async def test_every_offset_filter_and_count_reads_as_the_store_reads(tmp_path: 
         await _fill(store, random.Random(7), count=600)
         direct = _direct(store, tmp_path / "data")
         for topic, queue_id in itertools.product(("t", "u"), (0, 1)):
-            high = (await store.bounds(topic, queue_id)).max_queue_offset
+            bounds = await store.bounds(topic, queue_id)
+            assert direct.bounds(topic, queue_id) == bounds
+            high = bounds.max_queue_offset
             assert high > 100
             for offset in [*range(0, high + 1, 7), high - 1, high]:
                 for kw in (
@@ -111,7 +113,8 @@ async def test_what_the_files_cannot_settle_goes_to_the_store(tmp_path: Path) ->
         assert direct.read("t", 0, 0, max_count=4, max_scan=2) is None
         assert direct.read("t", 0, 0, max_count=1, tag_filter="||") is None  # a bad filter
         assert direct.read("../../t", 0, 0, max_count=1) is None
-        assert direct.counts.deferred == 7 and direct.counts.answered == 0
+        assert direct.bounds("nope", 0) is None and direct.bounds("t", 9) is None
+        assert direct.counts.deferred == 9 and direct.counts.answered == 0
         at_end = direct.read("t", 0, high, max_count=1)
         assert at_end == store.read_now("t", 0, high, max_count=1)
         assert at_end is not None and at_end.status is ReadStatus.OFFSET_OVERFLOW_ONE
@@ -132,9 +135,11 @@ async def test_retention_makes_reads_below_the_minimum_go_to_the_store(tmp_path:
         for i in range(100):
             await store.append([MessageToAppend("t", 0, b"r" * 4000 + str(i).encode())])
         assert store.run_retention()
-        low = (await store.bounds("t", 0)).min_queue_offset
+        bounds = await store.bounds("t", 0)
+        low = bounds.min_queue_offset
         assert low > 0
         direct = _direct(store, tmp_path / "data")
+        assert direct.bounds("t", 0) == bounds
         for offset in range(0, 101):
             answered = _assert_same_or_deferred(store, direct, "t", 0, offset, max_count=8)
             assert answered is (offset >= low), offset

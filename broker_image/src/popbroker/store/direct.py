@@ -23,8 +23,8 @@ invariants):
 * files are opened for one read and closed after it: no descriptor outlives a
   retention delete or a topic's re-creation.
 
-``read`` returns ``None`` -- ask the store -- whenever it cannot answer as the
-store would: an unknown or empty queue, an offset outside the files, a record
+``read`` (and ``bounds``) returns ``None`` -- ask the store -- whenever it
+cannot answer as the store would: an unknown or empty queue, an offset outside the files, a record
 that does not verify or whose segment is gone (retention), a bad argument (the
 store names it). :class:`popbroker.store.wire.client.RemoteStore` asks it
 first when given one (``popbroker popack --data-dir``).
@@ -44,7 +44,7 @@ from pathlib import Path
 
 from popbroker.store import filters
 from popbroker.store import format as fmt
-from popbroker.store.api import ReadResult, ReadStatus, StoredMessage
+from popbroker.store.api import QueueBounds, ReadResult, ReadStatus, StoredMessage
 from popbroker.store.errors import InvalidArgument
 
 MAX_READ_COUNT = 1024  # popbroker.store.local's bound; larger reads go to the store
@@ -169,6 +169,28 @@ class DirectReads:
                 )
             except (_Unsure, OSError, ValueError, InvalidArgument):
                 result = None  # a bad filter, a name that is not a path: the store names it
+        if result is None:
+            self.counts.deferred += 1
+        else:
+            self.counts.answered += 1
+        return result
+
+    def bounds(self, topic: str, queue_id: int) -> QueueBounds | None:
+        """What the store's ``bounds`` would answer for a queue with entries, or ``None``."""
+        result = None
+        queue = None
+        try:
+            queue = _Queue.listed(self.data_dir / "consumequeue" / topic / str(queue_id))
+            if queue is not None:
+                high = queue.high(self.cq_file_bytes)
+                if high > 0:
+                    low = self._low(queue, (topic, queue_id), first=queue.first_offset, high=high)
+                    result = QueueBounds(topic, queue_id, low, high)
+        except (_Unsure, OSError, ValueError):
+            result = None
+        finally:
+            if queue is not None:
+                queue.close()
         if result is None:
             self.counts.deferred += 1
         else:

@@ -97,8 +97,9 @@ class RemoteStore:
         self._direct: DirectReads | None = None
 
     def read_directly(self, direct: DirectReads) -> None:
-        """Answer ``read`` from the store's files through ``direct`` when it can (it is the
-        same store's data directory: ``popbroker popack --data-dir``), else over the wire."""
+        """Answer ``read`` and ``bounds`` from the store's files through ``direct`` when it
+        can (the same store's data directory: ``popbroker popack --data-dir``), else over
+        the wire."""
         self._direct = direct
 
     @property
@@ -204,6 +205,10 @@ class RemoteStore:
         return convert.read_result_from_pb(await self._call(self._stub.Read, request))
 
     async def bounds(self, topic: str, queue_id: int) -> api.QueueBounds:
+        if self._direct is not None:
+            found = self._direct.bounds(topic, queue_id)
+            if found is not None:
+                return found
         with convert.refusing_bad_values("bounds"):
             request = pb.BoundsRequest(topic=topic, queue_id=queue_id)
         return convert.bounds_from_pb(await self._call(self._stub.Bounds, request))
