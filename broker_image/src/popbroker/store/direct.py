@@ -46,6 +46,7 @@ from popbroker.store import filters
 from popbroker.store import format as fmt
 from popbroker.store.api import QueueBounds, ReadResult, ReadStatus, StoredMessage
 from popbroker.store.errors import InvalidArgument
+from popbroker.store.segments import segment_name
 
 MAX_READ_COUNT = 1024  # popbroker.store.local's bound; larger reads go to the store
 
@@ -73,7 +74,7 @@ class _Segments:
         fd = self.fds.get(base)
         if fd is None:
             try:
-                fd = os.open(self.directory / f"{base:020d}", os.O_RDONLY)
+                fd = os.open(self.directory / segment_name(base), os.O_RDONLY)
             except FileNotFoundError:
                 raise _Unsure from None
             self.fds[base] = fd
