@@ -24,7 +24,7 @@ started and stopped by PID through :mod:`bench.peers.procs`):
 * popfleet in the deployment shape (:func:`start_popfleet_roles`): the three role
   processes of a broker pod, ``popbroker store --socket S``, ``popbroker popack
   --store-socket S --data-dir DIR --listen 127.0.0.1:PORT`` (reads from the store's
-  files, as in a pod) and ``popbroker revive --store-socket S``, meeting on a Unix
+  files, as in a pod) and ``popbroker revive --store-socket S --data-dir DIR``, meeting on a Unix
   socket in the work dir, seeded the same way. The store is ready when its socket
   appears, popack when its port file does; revive has no readiness signal in a pod
   either, so it only has to be running.
@@ -281,7 +281,8 @@ def start_popfleet_roles(
             lambda _port: port_file.exists(),
             port,
         ),
-        ("revive", ["revive", "--store-socket", str(socket_path)], lambda _port: True, 0),
+        ("revive", ["revive", "--store-socket", str(socket_path), "--data-dir", str(data_dir)],
+         lambda _port: True, 0),
     ]  # fmt: skip
     try:
         for name, args, ready, role_port in roles:

@@ -152,7 +152,7 @@ def smoke_broker(image: str, uid: int, tag: str) -> str:
         wait_serving(front, published(front, CLIENT_PORT))
         started.append(revive)
         docker(*run, revive, *hardened(uid, *volume, f"--publish=127.0.0.1::{REVIVE_METRICS_PORT}"),
-               image, "revive", f"--store-socket={socket_path}",
+               image, "revive", f"--store-socket={socket_path}", "--data-dir=/data/store",
                f"--metrics-listen=0.0.0.0:{REVIVE_METRICS_PORT}")  # fmt: skip
         wait_http(revive, f"http://{published(revive, REVIVE_METRICS_PORT)}/metrics")
         return "store health SERVING, popack's through popfront SERVING, revive /metrics 200"

@@ -69,7 +69,10 @@ def start_roles(work_dir: Path) -> tuple[BrokerProcess, str]:
                 "--port-file", str(port_file),
             ],
         )  # fmt: skip
-        broker._spawn("revive", ["revive", "--store-socket", str(socket_path)])
+        broker._spawn(
+            "revive",
+            ["revive", "--store-socket", str(socket_path), "--data-dir", str(broker.data_dir)],
+        )
         _wait_for(port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=broker.procs)
         broker.port = int(port_file.read_text().strip())
     except BaseException:

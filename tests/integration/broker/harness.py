@@ -245,7 +245,10 @@ class BrokerProcess:
                     "--port-file", str(port_file),
                 ],
             )  # fmt: skip
-            self._spawn("revive", ["revive", "--store-socket", str(socket_path)])
+            self._spawn(
+                "revive",
+                ["revive", "--store-socket", str(socket_path), "--data-dir", str(self.data_dir)],
+            )
         _wait_for(port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=self.procs)
         if not self.front:
             self.port = int(port_file.read_text().strip())

@@ -21,6 +21,7 @@ from popbroker.roles import running
 from popbroker.store import format as fmt
 from popbroker.store.api import MessageToAppend, ReadStatus, StoreInfo, TopicConfig
 from popbroker.store.direct import DirectReads
+from popbroker.store.errors import UnknownTopic
 from popbroker.store.local import LocalStore
 from tests.integration.store.remote_fixture import store_process_factory
 from tests.storesettings import small_settings
@@ -255,3 +256,44 @@ async def test_reads_during_appends_by_a_store_process_are_whole_and_in_order(
         finally:
             await reader.close()
             await writer.close()
+
+
+async def test_a_queue_without_files_is_answered_as_the_store_last_said_until_config_changes(
+    tmp_path: Path,
+) -> None:
+    """An idle revive queue or a retry topic not created yet: the store is asked once, and
+    again only after a config change (a topic created or deleted) or once the queue has
+    files."""
+    with store_process_factory(tmp_path) as spawn:
+        process = spawn(tmp_path / "data", settings=small_settings())
+        store = await process.connect()
+        try:
+            store.read_directly(running.direct_reads(tmp_path / "data", await store.info()))
+            direct = store.direct_reads
+            assert direct is not None
+
+            async def status(topic: str) -> ReadStatus:
+                return (await store.read(topic, 0, 0, max_count=1)).status
+
+            assert await status("later") is ReadStatus.NO_SUCH_QUEUE
+            asked = direct.counts.deferred
+            assert await status("later") is ReadStatus.NO_SUCH_QUEUE
+            with pytest.raises(UnknownTopic):
+                await store.bounds("later", 0)
+            assert direct.counts.deferred == asked  # answered from what the store said
+
+            await store.put_topic(TopicConfig("later", read_queue_nums=1, write_queue_nums=1))
+            assert await status("later") is ReadStatus.NO_MESSAGE_IN_QUEUE  # asked again
+            assert direct.counts.deferred == asked + 1
+            assert await status("later") is ReadStatus.NO_MESSAGE_IN_QUEUE
+            assert (await store.bounds("later", 0)).max_queue_offset == 0
+            assert direct.counts.deferred == asked + 1
+
+            await store.append([MessageToAppend("later", 0, b"first")])
+            found = await store.read("later", 0, 0, max_count=1)
+            assert [m.body for m in found.messages] == [b"first"]
+
+            await store.delete_topic("later")
+            assert await status("later") is ReadStatus.NO_SUCH_QUEUE
+        finally:
+            await store.close()

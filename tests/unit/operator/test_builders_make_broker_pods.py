@@ -31,6 +31,7 @@ def test_three_roles_and_the_front_share_the_volume_and_sockets(owner: specs.Obj
     assert "--store-socket=/data/store.sock" in containers["popack"]["args"]
     assert "--data-dir=/data/store" in containers["popack"]["args"]  # direct reads
     assert "--data-dir=/data/store" in containers["store"]["args"]
+    assert "--data-dir=/data/store" in containers["revive"]["args"]
     assert "--store-socket=/data/store.sock" in containers["revive"]["args"]
     assert "--admin-listen=$(POD_IP):9877" in containers["store"]["args"]
     # popack serves the front on a socket and advertises the front's client port

@@ -11,12 +11,6 @@ Counted as calls complete (by :mod:`popbroker.grpc.observing`, at the edge;
 
 Read at scrape time (:meth:`PopackMetrics.refresh`):
 
-  * ``popfleet_broker_store_reads_total{path}`` — with ``--data-dir``, store reads
-    answered from the store's files (``direct``) and those that went to the store
-    role (``store``: what a direct read could not be sure of, see
-    :mod:`popbroker.store.direct`). A ``store`` share that stays high means the
-    directory is not serving.
-
   * ``popfleet_broker_parked_long_polls`` — receives/pulls waiting for messages.
   * ``popfleet_broker_checkpoint_buffer{state}`` — checkpoints in popack memory
     (``in_memory``, ``writing``) and queued offset commits (``commit_entries``).
@@ -37,8 +31,6 @@ from popbroker.pop.checkpoints import QueueKey
 from popbroker.services.popack import PopackServices
 from popbroker.services.settings import wall_clock_ms
 from popbroker.store import names
-from popbroker.store.direct import DirectReadCounts
-from popbroker.store.wire.client import RemoteStore
 
 
 class PopackMetrics:
@@ -74,13 +66,6 @@ class PopackMetrics:
             ["group", "topic"],
             registry=registry,
         )
-        self.store_reads = Counter(
-            "popfleet_broker_store_reads",
-            "Store reads of popack with --data-dir: from the files (direct) or the store role",
-            ["path"],
-            registry=registry,
-        )
-        self._reads_seen = DirectReadCounts()
         self._services: PopackServices | None = None
         self._pop_state: StorePopState | None = None
 
@@ -94,7 +79,6 @@ class PopackMetrics:
         if services is None or pop_state is None:
             return
         self.parked.set(services.polling.parked)
-        self._count_reads(services)
         stats = services.state.buffer.stats()
         self.buffer.labels("in_memory").set(stats.in_memory)
         self.buffer.labels("writing").set(stats.writing)
@@ -110,12 +94,3 @@ class PopackMetrics:
         self.in_flight.clear()
         for (group, topic), count in totals.items():
             self.in_flight.labels(group, topic).set(count)
-
-    def _count_reads(self, services: PopackServices) -> None:
-        direct = services.store.direct_reads if isinstance(services.store, RemoteStore) else None
-        if direct is None:
-            return
-        now, seen = direct.counts, self._reads_seen
-        self.store_reads.labels("direct").inc(now.answered - seen.answered)
-        self.store_reads.labels("store").inc(now.deferred - seen.deferred)
-        self._reads_seen = DirectReadCounts(now.answered, now.deferred)

@@ -74,6 +74,7 @@ async def run(
     try:
         if metrics is not None:
             edge.metrics = metrics.for_popack()
+            metrics.for_direct_reads(store)
         endpoint = await PopackEndpoint.start(
             store, listen=listen, advertise=advertise, settings=settings, edge=edge
         )
@@ -144,9 +145,7 @@ def popack_settings(args: argparse.Namespace) -> PopackSettings:
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="popbroker popack")
     parser.add_argument("--store-socket", type=Path, required=True)
-    parser.add_argument(
-        "--data-dir", type=Path, help="the store's data directory: read its files directly"
-    )
+    running.add_data_dir_flag(parser)
     add_endpoint_flags(parser)
     running.add_metrics_flags(parser)
     parser.add_argument("--log-level", default="INFO")

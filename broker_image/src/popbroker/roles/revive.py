@@ -1,6 +1,11 @@
 """The ``revive`` role: revive loops against a store role (``popbroker revive``).
 
-    popbroker revive --store-socket PATH [--metrics-listen HOST:PORT] [--metrics-port-file PATH]
+    popbroker revive --store-socket PATH [--data-dir PATH]
+                     [--metrics-listen HOST:PORT] [--metrics-port-file PATH]
+
+``--data-dir``: the store role's data directory, mounted here too: revive's
+reads of the revive log come from its files (:mod:`popbroker.store.direct`),
+as popack's do.
 
 :class:`ReviveRole` is the revive service and its task, started on any
 ``StoreApi`` (the ``all`` role starts it on its in-process store). The service's
@@ -8,7 +13,7 @@ settings are :class:`~popbroker.services.settings.ReviveRoleSettings` with the
 cluster and broker name the store reports.
 
 Runs until SIGTERM/SIGINT, then stops revive and closes the store. Exit status
-0 after a clean stop, 2 on bad arguments.
+0 after a clean stop, 2 on bad arguments or a ``--data-dir`` without the store.
 """
 
 from __future__ import annotations
@@ -68,14 +73,20 @@ class ReviveRole:
             await self.task
 
 
-async def run(*, store_socket: Path, metrics: running.RoleMetrics | None = None) -> None:
+async def run(
+    *,
+    store_socket: Path,
+    data_dir: Path | None = None,
+    metrics: running.RoleMetrics | None = None,
+) -> None:
     """The revive role: revive loops against a store role."""
     stop = running.stop_on_signals()
-    store = await running.remote_store(store_socket)
+    store = await running.remote_store(store_socket, data_dir=data_dir)
     try:
         role = await ReviveRole.start(store)
         if metrics is not None:
             metrics.for_revive().attach(store, role.service)
+            metrics.for_direct_reads(store)
             await metrics.start()
         await stop.wait()
         await role.stop()
@@ -88,6 +99,7 @@ async def run(*, store_socket: Path, metrics: running.RoleMetrics | None = None)
 def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="popbroker revive")
     parser.add_argument("--store-socket", type=Path, required=True)
+    running.add_data_dir_flag(parser)
     running.add_metrics_flags(parser)
     parser.add_argument("--log-level", default="INFO")
     return parser
@@ -102,5 +114,9 @@ def main(argv: Sequence[str]) -> int:
     except (OSError, ValueError) as exc:
         print(f"popbroker revive: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(run(store_socket=args.store_socket, metrics=metrics))
+    try:
+        asyncio.run(run(store_socket=args.store_socket, data_dir=args.data_dir, metrics=metrics))
+    except running.NotTheStoresDirectory as exc:
+        print(f"popbroker revive: --data-dir: {exc}", file=sys.stderr)
+        return 2
     return 0

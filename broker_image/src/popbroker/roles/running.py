@@ -29,6 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
+from popbroker.metrics.directreads import observe_direct_reads
 from popbroker.metrics.popack import PopackMetrics
 from popbroker.metrics.revive import ReviveMetrics
 from popbroker.metrics.store import observe_config_writes, observe_flushes
@@ -47,6 +48,13 @@ def stop_on_signals() -> asyncio.Event:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     return stop
+
+
+def add_data_dir_flag(parser: argparse.ArgumentParser) -> None:
+    """``--data-dir``: the store role's data directory, mounted here too (popack, revive)."""
+    parser.add_argument(
+        "--data-dir", type=Path, help="the store's data directory: read its files directly"
+    )
 
 
 class NotTheStoresDirectory(ValueError):
@@ -155,6 +163,11 @@ class RoleMetrics:
     def for_store(self, store: LocalStore) -> None:
         observe_flushes(store.flusher, self.registry)
         observe_config_writes(store, self.registry)
+
+    def for_direct_reads(self, store: RemoteStore) -> None:
+        """How ``store``'s reads went, when it reads the store's files (``--data-dir``)."""
+        if store.direct_reads is not None:
+            observe_direct_reads(store.direct_reads, self.registry)
 
     def for_admin(self) -> AdminMetrics:
         """The admin API's call counter (the ``all`` role serves admin in-process)."""

@@ -45,10 +45,16 @@ from pathlib import Path
 from popbroker.store import filters
 from popbroker.store import format as fmt
 from popbroker.store.api import QueueBounds, ReadResult, ReadStatus, StoredMessage
-from popbroker.store.errors import InvalidArgument
+from popbroker.store.errors import InvalidArgument, UnknownTopic
 from popbroker.store.segments import segment_name
 
 MAX_READ_COUNT = 1024  # popbroker.store.local's bound; larger reads go to the store
+MAX_REMEMBERED_ABSENT = 4096
+_ABSENT = (ReadStatus.NO_MESSAGE_IN_QUEUE, ReadStatus.NO_SUCH_QUEUE)
+
+# (inode, mtime, size) of config/metadata.json: the store replaces the file (a new inode)
+# on every config change, so an unchanged stamp means an unchanged set of topics.
+ConfigStamp = tuple[int, int, int]
 
 
 @dataclass
@@ -145,6 +151,38 @@ class DirectReads:
         self.cq_file_bytes = cq_entries_per_file * fmt.CQ_ENTRY_SIZE
         self.counts = DirectReadCounts()
         self._lows: dict[tuple[str, int], int] = {}
+        self._absent: dict[tuple[str, int], tuple[ConfigStamp, ReadStatus]] = {}
+
+    def config_stamp(self) -> ConfigStamp | None:
+        """The store's config file as it is now (take it before asking the store)."""
+        try:
+            st = os.stat(self.data_dir / "config" / "metadata.json")
+        except OSError:
+            return None
+        return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+    def learn_absent(
+        self, topic: str, queue_id: int, *, status: ReadStatus, stamp: ConfigStamp | None
+    ) -> None:
+        """The store answered ``status`` for a queue that has no files, under the config
+        ``stamp`` taken before it was asked. Until the config changes or the queue gets
+        files, the files can give the same answer: an idle revive queue or a retry topic
+        that does not exist yet costs no call to the store."""
+        if stamp is None or status not in _ABSENT:
+            return
+        if len(self._absent) >= MAX_REMEMBERED_ABSENT:
+            self._absent.clear()
+        self._absent[(topic, queue_id)] = (stamp, status)
+
+    def _absent_status(self, topic: str, queue_id: int) -> ReadStatus | None:
+        known = self._absent.get((topic, queue_id))
+        if known is None:
+            return None
+        stamp, status = known
+        if self.config_stamp() != stamp:
+            del self._absent[(topic, queue_id)]
+            return None
+        return status
 
     def read(
         self,
@@ -177,11 +215,18 @@ class DirectReads:
         return result
 
     def bounds(self, topic: str, queue_id: int) -> QueueBounds | None:
-        """What the store's ``bounds`` would answer for a queue with entries, or ``None``."""
+        """What the store's ``bounds`` would answer, or ``None``; ``UnknownTopic`` as the
+        store raised it for a queue without files (``learn_absent``)."""
         result = None
         queue = None
         try:
             queue = _Queue.listed(self.data_dir / "consumequeue" / topic / str(queue_id))
+            absent = self._absent_status(topic, queue_id) if queue is None else None
+            if absent is ReadStatus.NO_SUCH_QUEUE:
+                self.counts.answered += 1
+                raise UnknownTopic(f"topic {topic!r} has no queue {queue_id}")
+            if absent is ReadStatus.NO_MESSAGE_IN_QUEUE:
+                result = QueueBounds(topic, queue_id, 0, 0)
             if queue is not None:
                 high = queue.high(self.cq_file_bytes)
                 if high > 0:
@@ -208,9 +253,11 @@ class DirectReads:
         tag_filter: str,
         max_scan: int,
     ) -> ReadResult | None:
+        parsed = filters.parse_filter(tag_filter)
         queue = _Queue.listed(self.data_dir / "consumequeue" / topic / str(queue_id))
-        if queue is None:
-            return None  # no such queue, or never written: the store knows which
+        if queue is None:  # no such queue, or never written: what the store said, if known
+            status = self._absent_status(topic, queue_id)
+            return None if status is None else ReadResult(status, (), 0, 0, 0)
         log = _Segments(self.data_dir / "commitlog")
         try:
             first, high = queue.first_offset, queue.high(self.cq_file_bytes)
@@ -221,7 +268,6 @@ class DirectReads:
                 return None  # retention took it: the store answers OFFSET_TOO_SMALL
             if queue_offset == high:
                 return ReadResult(ReadStatus.OFFSET_OVERFLOW_ONE, (), queue_offset, low, high)
-            parsed = filters.parse_filter(tag_filter)
             hashes = parsed.hashes
             found: list[StoredMessage] = []
             next_offset = queue_offset

@@ -210,7 +210,11 @@ def front_container(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def revive_container(spec: ClusterSpec) -> dict[str, Any]:
-    return _container(spec, "revive", [f"--store-socket={names.STORE_SOCKET}"])
+    return _container(
+        spec,
+        "revive",
+        [f"--store-socket={names.STORE_SOCKET}", f"--data-dir={names.STORE_DATA_DIR}"],
+    )
 
 
 def _volumes(owner: ObjectRef, spec: ClusterSpec) -> list[dict[str, Any]]:

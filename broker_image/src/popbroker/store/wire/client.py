@@ -178,12 +178,15 @@ class RemoteStore:
         tag_filter: str = "*",
         max_scan: int = 800,
     ) -> api.ReadResult:
-        if self._direct is not None:
+        direct = self._direct
+        stamp = None
+        if direct is not None:
             if any(not s.is_settled for s in self._streams):
                 # as for a call: an arrival subscription must be confirmed before a read
                 # whose emptiness a long poll will wait on
                 await self._wait_for_subscriptions()
-            found = self._direct.read(
+            stamp = direct.config_stamp()
+            found = direct.read(
                 topic,
                 queue_id,
                 queue_offset,
@@ -202,16 +205,34 @@ class RemoteStore:
                 tag_filter=tag_filter,
                 max_scan=max_scan,
             )
-        return convert.read_result_from_pb(await self._call(self._stub.Read, request))
+        result = convert.read_result_from_pb(await self._call(self._stub.Read, request))
+        if direct is not None:
+            direct.learn_absent(topic, queue_id, status=result.status, stamp=stamp)
+        return result
 
     async def bounds(self, topic: str, queue_id: int) -> api.QueueBounds:
-        if self._direct is not None:
-            found = self._direct.bounds(topic, queue_id)
+        direct = self._direct
+        stamp = None
+        if direct is not None:
+            stamp = direct.config_stamp()
+            found = direct.bounds(topic, queue_id)
             if found is not None:
                 return found
         with convert.refusing_bad_values("bounds"):
             request = pb.BoundsRequest(topic=topic, queue_id=queue_id)
-        return convert.bounds_from_pb(await self._call(self._stub.Bounds, request))
+        try:
+            bounds = convert.bounds_from_pb(await self._call(self._stub.Bounds, request))
+        except errors.UnknownTopic:
+            if direct is not None:
+                direct.learn_absent(
+                    topic, queue_id, status=api.ReadStatus.NO_SUCH_QUEUE, stamp=stamp
+                )
+            raise
+        if direct is not None and bounds.max_queue_offset == 0:  # what a read would call
+            direct.learn_absent(
+                topic, queue_id, status=api.ReadStatus.NO_MESSAGE_IN_QUEUE, stamp=stamp
+            )
+        return bounds
 
     def arrivals(self, topic: str | None = None) -> AsyncIterator[api.Arrival]:
         """Subscribe now (see ``arrivals.ArrivalStream``); calls made after this see it."""
