@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                         "server_cpu_us_per_msg": round(cpu_s * 1e6 / messages, 2),
                         "server_cpu_share": round(cpu_s / wall, 3),
                         "load_1m_start": before.load_1m,
+                        "steal_pct": cpu.steal_pct(before, after) or 0.0,
                     }
                 )
     finally:

@@ -26,12 +26,13 @@ and ``redis`` (:mod:`bench.peers.servers`). Each run starts each system afresh
 on a temp dir, in an order that rotates between runs, and stops it by PID.
 
 Around every phase the harness reads the server's CPU seconds (its whole process
-tree) and the 1-minute load average (:mod:`bench.peers.cpu`): the JSON has CPU
-microseconds per message per phase. ``bench/results/pop_peers_loadgen.json`` keeps every
-run, the medians, the min-max spread and the ratios popfleet/<peer> of the
-medians for every popfleet shape, each shape against plain ``popfleet``, and
-``popfleet-roles-front`` against ``popfleet-front`` (throughput: > 1 = popfleet faster; latency,
-lateness, CPU per message: > 1 = popfleet slower or costlier).
+tree), the 1-minute load average and the host's steal share (:mod:`bench.peers.cpu`):
+the JSON has CPU microseconds per message per phase.
+``bench/results/pop_peers_loadgen.json`` keeps every run, the medians, the min-max
+spread and the ratios popfleet/<peer> of the medians for every popfleet shape, each
+shape against plain ``popfleet``, and ``popfleet-roles-front`` against
+``popfleet-front`` (throughput: > 1 = popfleet faster; latency, lateness, CPU per
+message: > 1 = popfleet slower or costlier).
 
 Run: ``python -m bench.pop_peers_loadgen [--runs 3] [--messages 50000]`` (Go on
 PATH; ``make bench`` sets it). Benchmarks are not tests: nothing asserts a timing.
@@ -223,6 +224,8 @@ def _line(figures: dict[str, Any]) -> str:
     if window.get("cpu_us_per_msg") is not None:
         parts.append(f"cpu {window['cpu_us_per_msg']:.0f} us/msg")
     parts.append(f"load {window.get('load_1m_start', 0):.1f}->{window.get('load_1m_end', 0):.1f}")
+    if window.get("steal_pct") is not None:
+        parts.append(f"steal {window['steal_pct']:.1f}%")
     return "  ".join(parts)
 
 

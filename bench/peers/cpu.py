@@ -10,7 +10,12 @@ of the same tree are what the harness reports; a process that exits *unwaited*
 between them (nothing here does) would take its time with it.
 
 A reading also keeps the 1-minute load average (``/proc/loadavg``), so every
-phase says how busy the machine was at its start and end.
+phase says how busy the machine was at its start and end, and the machine's CPU
+ticks and steal ticks (``/proc/stat``'s ``cpu`` line): ``steal_pct`` is the
+share of the machine's CPU time that the hypervisor gave to other guests during
+the phase. On a shared host that, not our load, is what makes the same build
+measure ±30% apart between runs; a phase with steal above a few percent is not a
+result.
 
 Pure parts (:func:`parse_stat`, :func:`us_per_message`) take text and numbers;
 :func:`read` takes the proc root as a parameter, so the tests feed it a
@@ -96,6 +101,8 @@ class Reading:
     ticks: int
     processes: int
     load_1m: float
+    machine_ticks: int = 0  # every CPU state of every CPU (/proc/stat "cpu" line)
+    steal_ticks: int = 0
 
     def cpu_s_since(self, earlier: Reading, *, clock_ticks: int = CLOCK_TICKS) -> float:
         return max(0, self.ticks - earlier.ticks) / clock_ticks
@@ -112,11 +119,38 @@ def read(roots: Iterable[int], *, proc: Path = PROC) -> Reading:
             continue
         ticks += stat.ticks
         processes += 1
-    return Reading(ticks=ticks, processes=processes, load_1m=load_1m(proc=proc))
+    machine, steal = machine_and_steal(proc=proc)
+    return Reading(
+        ticks=ticks,
+        processes=processes,
+        load_1m=load_1m(proc=proc),
+        machine_ticks=machine,
+        steal_ticks=steal,
+    )
 
 
 def load_1m(*, proc: Path = PROC) -> float:
     return float((proc / "loadavg").read_text().split()[0])
+
+
+def machine_and_steal(*, proc: Path = PROC) -> tuple[int, int]:
+    """All CPU ticks and the steal ticks of the machine (proc(5): ``cpu`` line of
+    ``/proc/stat``, fields user nice system idle iowait irq softirq steal ...)."""
+    for line in (proc / "stat").read_text().splitlines():
+        fields = line.split()
+        if fields and fields[0] == "cpu":
+            values = [int(v) for v in fields[1:9]]
+            # guest time (fields 9-10) is already inside user and nice
+            return sum(values), (values[7] if len(values) > 7 else 0)
+    raise ValueError("no cpu line in /proc/stat")
+
+
+def steal_pct(before: Reading, after: Reading) -> float | None:
+    """Steal as a share of the machine's CPU time between two readings."""
+    total = after.machine_ticks - before.machine_ticks
+    if total <= 0:
+        return None
+    return round(100 * max(0, after.steal_ticks - before.steal_ticks) / total, 2)
 
 
 def us_per_message(cpu_s: float, messages: int) -> float | None:
@@ -135,4 +169,5 @@ def window(before: Reading, after: Reading, messages: int) -> dict[str, float | 
         "server_processes": after.processes,
         "load_1m_start": before.load_1m,
         "load_1m_end": after.load_1m,
+        "steal_pct": steal_pct(before, after),
     }

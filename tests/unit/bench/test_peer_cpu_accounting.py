@@ -37,6 +37,9 @@ def _proc(
         )
         (task / "children").write_text(" ".join(str(c) for c in children.get(pid, [])))
     (root / "loadavg").write_text(f"{load} 1.00 0.50 2/300 4242\n")
+    (root / "stat").write_text(
+        "cpu  1000 10 300 5000 20 0 5 40 0 0\ncpu0 500 5 150 2500 10 0 2 20 0 0\nintr 1\n"
+    )
     return root
 
 
@@ -73,6 +76,10 @@ def test_the_tree_sums_every_descendant_and_waited_children(tmp_path: Path) -> N
     assert reading.ticks == (100 + 20 + 5 + 1) + (30 + 3) + (2 + 1) + (200 + 40)
     assert reading.processes == 4
     assert reading.load_1m == 3.25
+    assert (reading.machine_ticks, reading.steal_ticks) == (
+        1000 + 10 + 300 + 5000 + 20 + 5 + 40,
+        40,
+    )
 
 
 def test_a_vanished_process_counts_as_nothing(tmp_path: Path) -> None:
@@ -102,3 +109,17 @@ def test_the_live_proc_tree_of_this_process_is_readable() -> None:
     reading = cpu.read([os.getpid()])
     assert reading.processes >= 1
     assert reading.ticks > 0
+
+
+def test_steal_is_the_hosts_share_of_the_machine_between_two_readings() -> None:
+    before = cpu.Reading(ticks=0, processes=1, load_1m=1.0, machine_ticks=10_000, steal_ticks=100)
+    after = cpu.Reading(ticks=0, processes=1, load_1m=1.0, machine_ticks=12_000, steal_ticks=400)
+    assert cpu.steal_pct(before, after) == 15.0
+    assert cpu.window(before, after, 1)["steal_pct"] == 15.0
+    assert cpu.steal_pct(after, after) is None  # no time passed: no share
+
+
+def test_a_stat_file_without_a_cpu_line_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "stat").write_text("intr 1\n")
+    with pytest.raises(ValueError, match="no cpu line"):
+        cpu.machine_and_steal(proc=tmp_path)
