@@ -1,0 +1,36 @@
+"""bench.profile_shapes's summary of py-spy's raw stacks."""
+
+from __future__ import annotations
+
+from bench.profile_shapes import top_functions
+
+RAW = """\
+main (cli.py:1);run (a.py:2);read (store.py:3) 6
+main (cli.py:1);run (a.py:2);ack (acking.py:9) 3
+main (cli.py:1);select (selectors.py:4) 1
+not a stack line
+"""
+
+
+def test_own_and_inclusive_shares_of_all_samples() -> None:
+    summary = top_functions(RAW.splitlines(keepends=True))
+    assert summary["samples"] == 10
+    assert summary["own_pct"] == [
+        ("read (store.py:3)", 60.0),
+        ("ack (acking.py:9)", 30.0),
+        ("select (selectors.py:4)", 10.0),
+    ]
+    inclusive = dict(summary["inclusive_pct"])
+    assert inclusive["main (cli.py:1)"] == 100.0
+    assert inclusive["run (a.py:2)"] == 90.0
+    assert inclusive["read (store.py:3)"] == 60.0
+
+
+def test_a_frame_repeated_in_one_stack_counts_once() -> None:
+    summary = top_functions(["f (x.py:1);g (x.py:2);f (x.py:1) 4\n"])
+    assert dict(summary["inclusive_pct"])["f (x.py:1)"] == 100.0
+    assert summary["own_pct"] == [("f (x.py:1)", 100.0)]
+
+
+def test_no_samples_gives_empty_lists() -> None:
+    assert top_functions([]) == {"samples": 0, "own_pct": [], "inclusive_pct": []}
