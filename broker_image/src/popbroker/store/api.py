@@ -93,6 +93,9 @@ class AppendResult:
     store_timestamp_ms: int
 
 
+MAX_READ_COUNT = 1024  # the most messages one read may ask for
+
+
 @dataclass(frozen=True, slots=True)
 class StoredMessage:
     """A record read back from the commit log."""

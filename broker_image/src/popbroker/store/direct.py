@@ -41,16 +41,24 @@ import bisect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from popbroker.store import filters
 from popbroker.store import format as fmt
-from popbroker.store.api import QueueBounds, ReadResult, ReadStatus, StoredMessage
+from popbroker.store.api import (
+    MAX_READ_COUNT,
+    QueueBounds,
+    ReadResult,
+    ReadStatus,
+    StoredMessage,
+)
 from popbroker.store.errors import InvalidArgument, UnknownTopic
 from popbroker.store.segments import segment_name
 
-MAX_READ_COUNT = 1024  # popbroker.store.local's bound; larger reads go to the store
 MAX_REMEMBERED_ABSENT = 4096
 _ABSENT = (ReadStatus.NO_MESSAGE_IN_QUEUE, ReadStatus.NO_SUCH_QUEUE)
+
+_R = TypeVar("_R", ReadResult | None, QueueBounds | None)
 
 # (inode, mtime, size) of config/metadata.json: the store replaces the file (a new inode)
 # on every config change, so an unchanged stamp means an unchanged set of topics.
@@ -208,11 +216,7 @@ class DirectReads:
                 )
             except (_Unsure, OSError, ValueError, InvalidArgument):
                 result = None  # a bad filter, a name that is not a path: the store names it
-        if result is None:
-            self.counts.deferred += 1
-        else:
-            self.counts.answered += 1
-        return result
+        return self._counted(result)
 
     def bounds(self, topic: str, queue_id: int) -> QueueBounds | None:
         """What the store's ``bounds`` would answer, or ``None``; ``UnknownTopic`` as the
@@ -237,6 +241,9 @@ class DirectReads:
         finally:
             if queue is not None:
                 queue.close()
+        return self._counted(result)
+
+    def _counted(self, result: _R) -> _R:
         if result is None:
             self.counts.deferred += 1
         else:

@@ -60,6 +60,7 @@ from pathlib import Path
 from popbroker.store import atomicfiles, filters, flushmark, names, recovery, retention
 from popbroker.store import format as fmt
 from popbroker.store.api import (
+    MAX_READ_COUNT,
     PROPERTY_TAGS,
     AppendResult,
     Arrival,
@@ -98,7 +99,6 @@ from popbroker.store.settings import StoreSettings
 log = logging.getLogger(__name__)
 
 QueueKey = tuple[str, int]
-MAX_READ_COUNT = 1024
 ARRIVAL_BUFFER = 100_000
 
 

@@ -185,7 +185,6 @@ class RemoteStore:
                 # as for a call: an arrival subscription must be confirmed before a read
                 # whose emptiness a long poll will wait on
                 await self._wait_for_subscriptions()
-            stamp = direct.config_stamp()
             found = direct.read(
                 topic,
                 queue_id,
@@ -196,6 +195,7 @@ class RemoteStore:
             )
             if found is not None:
                 return found
+            stamp = direct.config_stamp()  # before asking: what the answer is learned under
         with convert.refusing_bad_values("read"):
             request = pb.ReadRequest(
                 topic=topic,
@@ -214,10 +214,10 @@ class RemoteStore:
         direct = self._direct
         stamp = None
         if direct is not None:
-            stamp = direct.config_stamp()
             found = direct.bounds(topic, queue_id)
             if found is not None:
                 return found
+            stamp = direct.config_stamp()  # before asking: what the answer is learned under
         with convert.refusing_bad_values("bounds"):
             request = pb.BoundsRequest(topic=topic, queue_id=queue_id)
         try:
