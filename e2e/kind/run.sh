@@ -2,7 +2,7 @@
 # The e2e scenario on a real kind cluster (`make e2e-kind`), from an empty machine to a deleted
 # cluster. One progress line per stage with its duration.
 #
-#   e2e/kind/run.sh [--values FILE] [--keep] [--images auto|upstream|offline]
+#   e2e/kind/run.sh [--values FILE] [--keep] [--reuse] [--images auto|upstream|offline]
 #   e2e/kind/run.sh --bench SIZES      # bench.operator_scale on kind instead of the scenario
 #
 #  1. engine     a Docker engine that answers; else Debian's docker.io installed and dockerd
@@ -13,7 +13,10 @@
 #                (offline/prepare.sh). --images or POPFLEET_KIND_IMAGES forces one;
 #  3. routes     `unreachable` routes for the pod and service networks, before any cluster
 #                exists (host-routes.sh): a host dial of a pod address never leaves the machine;
-#  4. cluster    kind cluster from kind-config.yaml (an existing one of that name is reused);
+#  4. cluster    kind cluster from kind-config.yaml. One of that name that already exists is
+#                the leftover of an interrupted run, with its objects in whatever state that run
+#                left: it is deleted and created afresh, unless --reuse (for a --keep'd cluster
+#                while iterating on the scenario);
 #  5. build      broker, operator and audit images from this tree (--build-arg BASE=...),
 #                `kind load`ed under the names the chart and CRDs default to; the kubeflow
 #                Spark operator (sparkoperator/build.sh, cached) on the audit image;
@@ -35,15 +38,17 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 values="$here/values/kind.yaml"
 keep=0
+reuse=0
 bench=""
 mode=${POPFLEET_KIND_IMAGES:-auto}
 while [ $# -gt 0 ]; do
   case "$1" in
     --values) values=$2; shift 2 ;;
     --keep) keep=1; shift ;;
+    --reuse) reuse=1; shift ;;
     --images) mode=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
-    -h|--help) sed -n '2,33p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -113,14 +118,19 @@ done_ "unreachable $pod_cidr $service_cidr"
 
 create_cluster() {
   begin cluster
+  local how="created"
   if "$KIND" get clusters 2>/dev/null | grep -qx "$cluster"; then
-    "$KIND" export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
-    done_ "reused $cluster"
-  else
-    "$KIND" create cluster --name "$cluster" --config "$here/kind-config.yaml" \
-      ${node_image:+--image "$node_image"} --kubeconfig "$kubeconfig" --wait 180s
-    done_ "created $cluster"
+    if [ "$reuse" -eq 1 ]; then
+      "$KIND" export kubeconfig --name "$cluster" --kubeconfig "$kubeconfig" >/dev/null 2>&1
+      done_ "reused $cluster"
+      return
+    fi
+    "$KIND" delete cluster --name "$cluster" >/dev/null 2>&1
+    how="deleted a leftover $cluster and created it afresh"
   fi
+  "$KIND" create cluster --name "$cluster" --config "$here/kind-config.yaml" \
+    ${node_image:+--image "$node_image"} --kubeconfig "$kubeconfig" --wait 180s
+  done_ "$how"
 }
 
 images=()

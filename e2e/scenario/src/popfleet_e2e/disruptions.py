@@ -168,10 +168,7 @@ def _back_to_normal(story: Story, *, sent_before: int, why: str) -> None:
         timeout_s=90, what=f"every broker lists every member {why}",
     )  # fmt: skip
     conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=120)
-    waits.until(
-        lambda: steps.modes_everywhere(access, "POP", 1), timeout_s=90,
-        what=f"{GROUP} POP/1 on every broker {why}",
-    )  # fmt: skip
+    steps.wait_modes(access, "POP", 1, timeout_s=90, what=f"{GROUP} POP/1 on every broker {why}")
     waits.until(
         lambda: len(traffic.tally.acked) >= sent_before + 50, timeout_s=120,
         what=f"50 more acknowledged sends {why}", seen=traffic.tally.describe,

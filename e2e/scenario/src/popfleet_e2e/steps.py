@@ -77,11 +77,21 @@ def create_cluster(story: Story) -> str:
     return ", ".join(f"{b.name}@{b.endpoint}" for b in listed)
 
 
-def modes_everywhere(access: ClusterAccess, mode: str, share: int) -> bool:
-    listed = brokers.current(access, CLUSTER)
-    if len(listed) != REPLICAS:
-        return False
-    return all(brokers.modes(access, b, GROUP) == [(TOPIC, mode, share)] for b in listed)
+def wait_modes(
+    access: ClusterAccess, mode: str, share: int, *, timeout_s: float, what: str
+) -> None:
+    """Until every one of the ``REPLICAS`` brokers reads ``GROUP`` back as ``mode``/``share`` on
+    ``TOPIC`` alone; a timeout quotes what each broker read back last."""
+    last: dict[str, list[tuple[str, str, int]]] = {}
+
+    def everywhere() -> bool:
+        listed = brokers.current(access, CLUSTER)
+        last.clear()
+        for b in listed:
+            last[b.name] = brokers.modes(access, b, GROUP)
+        return len(listed) == REPLICAS and all(m == [(TOPIC, mode, share)] for m in last.values())
+
+    waits.until(everywhere, timeout_s=timeout_s, what=what, seen=lambda: f"read back {last}")
 
 
 def apply_topics_and_groups(story: Story) -> str:
@@ -90,10 +100,7 @@ def apply_topics_and_groups(story: Story) -> str:
     access.apply_files([access.examples / "topic.yaml", access.examples / "consumergroup.yaml"])
     topic = conditions.wait(access, "topic", TOPIC, "TopicSynced", timeout_s=90)
     conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=90)
-    waits.until(
-        lambda: modes_everywhere(access, "PULL", 0), timeout_s=30,
-        what=f"{GROUP} PULL on every broker",
-    )  # fmt: skip
+    wait_modes(access, "PULL", 0, timeout_s=30, what=f"{GROUP} PULL on every broker")
     for broker in brokers.current(access, CLUSTER):
         names = [t.name for t in brokers.call(access, broker, lambda admin: admin.topics())]
         if TOPIC not in names:
@@ -166,10 +173,7 @@ def switch_to_pop(story: Story) -> str:
         access, "consumergroup", GROUP, "ModeApplied", timeout_s=90, also=all_pop,
         what="POP/1 on every broker in status",
     )  # fmt: skip
-    waits.until(
-        lambda: modes_everywhere(access, "POP", 1), timeout_s=30,
-        what=f"{GROUP} POP/1 read back on every broker",
-    )  # fmt: skip
+    wait_modes(access, "POP", 1, timeout_s=30, what=f"{GROUP} POP/1 read back on every broker")
     return f"{GROUP}: POP, popShareQueueNum 1 on {REPLICAS}/{REPLICAS} brokers"
 
 
@@ -243,10 +247,8 @@ def broker_pod_deleted_mid_traffic(story: Story) -> str:
         what="every broker lists the new member endpoints",
     )  # fmt: skip
     conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=90)
-    waits.until(
-        lambda: modes_everywhere(access, "POP", 1), timeout_s=60,
-        what=f"{GROUP} still POP/1 on every broker, the new pod included",
-    )  # fmt: skip
+    still = f"{GROUP} still POP/1 on every broker, the new pod included"
+    wait_modes(access, "POP", 1, timeout_s=60, what=still)
     waits.until(
         lambda: len(traffic.tally.acked) >= sent_before + 50, timeout_s=120,
         what="50 more acknowledged sends after the pod came back",
