@@ -12,9 +12,10 @@ Mechanisms:
 * ``inproc``     ``await LocalStore.<op>`` in this process (no hop at all);
 * ``grpc_uds``   ``RemoteStore`` -> a store process, gRPC over a Unix socket;
 * ``grpc_tcp``   the same over TCP on 127.0.0.1 (the pod-IP alternative);
-* ``raw_uds``    a minimal hand-rolled protocol: 4-byte length + 1-byte method +
-  the same protobuf messages, one request at a time over an asyncio Unix socket
-  to a store process -- the lower bound of "write our own RPC";
+* ``frames_uds`` ``RemoteStore`` -> the same store process, its unary calls framed
+  (:mod:`popbroker.store.wire.frames`: length-prefixed frames on the store's second
+  Unix socket, the same protobuf messages, no HTTP/2), what the roles use since
+  2026-11-28 (``docs/design/2026-11-28-store-frames.md``);
 * ``pread``      the reader opens the store's files itself (the "read-only mmap of
   segments" alternative): one pread of the consume-queue entries, one per record,
   full record decode and CRC check into ``StoredMessage`` values (``info`` here is
@@ -44,7 +45,6 @@ import shutil
 import signal
 import socket
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -71,103 +71,6 @@ WARMUP_CALLS = 200
 READY_TIMEOUT_S = 30.0
 
 Call = Callable[[], Awaitable[object]]
-
-# ---------------------------------------------------------------- the raw protocol
-
-_FRAME = struct.Struct(">IB")  # length of what follows the length field, method / status
-METHOD_INFO = 1
-METHOD_READ = 2
-STATUS_OK = 0
-STATUS_ERROR = 1
-
-
-async def _raw_serve_connection(
-    store: LocalStore, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-) -> None:
-    try:
-        while True:
-            head = await reader.readexactly(_FRAME.size)
-            length, method = _FRAME.unpack(head)
-            payload = await reader.readexactly(length - 1)
-            if method == METHOD_INFO:
-                answer = convert.info_to_pb(await store.info()).SerializeToString()
-            elif method == METHOD_READ:
-                request = pb.ReadRequest.FromString(payload)
-                result = await store.read(
-                    request.topic,
-                    request.queue_id,
-                    request.queue_offset,
-                    max_count=request.max_count,
-                    tag_filter=request.tag_filter,
-                    max_scan=request.max_scan,
-                )
-                answer = convert.read_result_to_pb(result).SerializeToString()
-            else:
-                writer.write(_FRAME.pack(1 + 7, STATUS_ERROR) + b"method?")
-                continue
-            writer.write(_FRAME.pack(1 + len(answer), STATUS_OK) + answer)
-            await writer.drain()
-    except asyncio.IncompleteReadError:
-        pass
-    finally:
-        writer.close()
-
-
-async def _raw_server(data_dir: Path, socket_path: Path) -> None:
-    store = LocalStore.open(data_dir, _settings())
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    loop.add_signal_handler(signal.SIGTERM, stop.set)
-    server = await asyncio.start_unix_server(
-        lambda r, w: _raw_serve_connection(store, r, w), path=str(socket_path)
-    )
-    try:
-        await stop.wait()
-    finally:
-        server.close()
-        await server.wait_closed()
-        await store.close()
-
-
-class RawClient:
-    """One request at a time over one Unix socket connection."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
-
-    @classmethod
-    async def connect(cls, socket_path: Path) -> RawClient:
-        reader, writer = await asyncio.open_unix_connection(str(socket_path))
-        return cls(reader, writer)
-
-    async def _call(self, method: int, payload: bytes) -> bytes:
-        self._writer.write(_FRAME.pack(1 + len(payload), method) + payload)
-        length, status = _FRAME.unpack(await self._reader.readexactly(_FRAME.size))
-        answer = await self._reader.readexactly(length - 1)
-        if status != STATUS_OK:
-            raise RuntimeError(answer.decode())
-        return answer
-
-    async def info(self) -> api.StoreInfo:
-        return convert.info_from_pb(pb.StoreInfo.FromString(await self._call(METHOD_INFO, b"")))
-
-    async def read(self, queue_offset: int) -> api.ReadResult:
-        request = pb.ReadRequest(
-            topic=TOPIC,
-            queue_id=0,
-            queue_offset=queue_offset,
-            max_count=BATCH,
-            tag_filter="*",
-            max_scan=800,
-        )
-        answer = await self._call(METHOD_READ, request.SerializeToString())
-        return convert.read_result_from_pb(pb.ReadResponse.FromString(answer))
-
-    async def close(self) -> None:
-        self._writer.close()
-        await self._writer.wait_closed()
-
 
 # ---------------------------------------------------------------- direct file reads
 
@@ -314,17 +217,6 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait(10)
 
 
-async def _raw_connect(socket_path: Path) -> RawClient:
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    while True:
-        try:
-            return await RawClient.connect(socket_path)
-        except (FileNotFoundError, ConnectionRefusedError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.05)
-
-
 def _append_call(store: api.StoreApi) -> Call:
     batch = [api.MessageToAppend("scratch", 0, BODY) for _ in range(BATCH)]
 
@@ -351,8 +243,7 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
     opened: list[Callable[[], Awaitable[None]]] = []
     try:
         await _prepare(root / "data")
-        for name in ("grpc", "raw"):
-            shutil.copytree(root / "data", root / f"data-{name}")
+        shutil.copytree(root / "data", root / "data-grpc")
         port = _free_port()
         processes.append(
             _start(
@@ -372,29 +263,19 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
                 ]
             )
         )
-        processes.append(
-            _start(
-                [
-                    "-m",
-                    "bench.store_wire",
-                    "--raw-server",
-                    "--data-dir",
-                    str(root / "data-raw"),
-                    "--socket",
-                    str(root / "raw.sock"),
-                ]
-            )
-        )
         local = LocalStore.open(root / "data", _settings())
         opened.append(local.close)
-        uds = RemoteStore.connect(f"unix:{root / 'grpc.sock'}")
+        uds = RemoteStore.connect(f"unix:{root / 'grpc.sock'}", frames_allowed=False)
         opened.append(uds.close)
         tcp = RemoteStore.connect(f"127.0.0.1:{port}")
         opened.append(tcp.close)
+        framed = RemoteStore.connect(f"unix:{root / 'grpc.sock'}")
+        opened.append(framed.close)
         await uds.wait_ready(READY_TIMEOUT_S)
         await tcp.wait_ready(READY_TIMEOUT_S)
-        raw = await _raw_connect(root / "raw.sock")
-        opened.append(raw.close)
+        await framed.wait_ready(READY_TIMEOUT_S)
+        if not framed.framed:
+            raise RuntimeError("the store process serves no framed calls")
         direct = DirectReader(root / "data")
 
         async def direct_info_pread() -> object:
@@ -403,16 +284,13 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
         async def direct_info_mmap() -> object:
             return direct.entry_mmap(MESSAGES - 1)
 
-        pread_offsets, mmap_offsets, raw_offsets = Offsets(), Offsets(), Offsets()
+        pread_offsets, mmap_offsets = Offsets(), Offsets()
 
         async def direct_read_pread() -> object:
             return direct.read_pread(pread_offsets())
 
         async def direct_read_mmap() -> object:
             return direct.read_mmap(mmap_offsets())
-
-        async def raw_read() -> object:
-            return await raw.read(raw_offsets())
 
         sample_info = await local.info()
         sample_read = await local.read(TOPIC, 0, 0, max_count=BATCH)
@@ -430,20 +308,25 @@ async def _run(args: argparse.Namespace) -> dict[str, Any]:
             "info/codec": (info_codec, 1),
             "info/grpc_uds": (uds.info, 1),
             "info/grpc_tcp": (tcp.info, 1),
-            "info/raw_uds": (raw.info, 1),
+            "info/frames_uds": (framed.info, 1),
             "info/pread": (direct_info_pread, 1),
             "info/mmap": (direct_info_mmap, 1),
             "info/grpc_uds_c8": (uds.info, 8),
+            "info/frames_uds_c8": (framed.info, 8),
             "read32/inproc": (_read_call(local), 1),
             "read32/codec": (read_codec, 1),
             "read32/grpc_uds": (_read_call(uds), 1),
             "read32/grpc_tcp": (_read_call(tcp), 1),
-            "read32/raw_uds": (raw_read, 1),
+            "read32/frames_uds": (_read_call(framed), 1),
             "read32/pread": (direct_read_pread, 1),
             "read32/mmap": (direct_read_mmap, 1),
             "read32/grpc_uds_c8": (_read_call(uds), 8),
+            "read32/frames_uds_c8": (_read_call(framed), 8),
             "append32/inproc": (_append_call(local), 1),
             "append32/grpc_uds": (_append_call(uds), 1),
+            "append32/frames_uds": (_append_call(framed), 1),
+            "append32/grpc_uds_c4": (_append_call(uds), 4),
+            "append32/frames_uds_c4": (_append_call(framed), 4),
         }
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in cases}
         load_before = os.getloadavg()
@@ -490,13 +373,19 @@ def _summary(
         for mech, base in (
             ("grpc_uds", "inproc"),
             ("grpc_tcp", "grpc_uds"),
-            ("grpc_uds", "raw_uds"),
-            ("raw_uds", "inproc"),
+            ("grpc_uds", "frames_uds"),
+            ("frames_uds", "inproc"),
             ("pread", "inproc"),
             ("grpc_uds", "pread"),
         )
     }
-    ratios["append32/grpc_uds_vs_inproc"] = ratio("append32/grpc_uds", "append32/inproc")
+    for mech, base in (
+        ("grpc_uds", "inproc"),
+        ("frames_uds", "inproc"),
+        ("grpc_uds", "frames_uds"),
+        ("grpc_uds_c4", "frames_uds_c4"),
+    ):
+        ratios[f"append32/{mech}_vs_{base}"] = ratio(f"append32/{mech}", f"append32/{base}")
     return {
         "params": {
             "seconds_per_case": args.seconds,
@@ -518,13 +407,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=1.5, help="per case and round")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-calls", type=int, default=20_000, help="per case and round")
-    parser.add_argument("--raw-server", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--data-dir", type=Path, help=argparse.SUPPRESS)
-    parser.add_argument("--socket", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.raw_server:
-        asyncio.run(_raw_server(args.data_dir, args.socket))
-        return
     result = asyncio.run(_run(args))
     path = common.write("store_wire", result)
     width = max(len(n) for n in result["cases"])

@@ -2,8 +2,10 @@
 
 Every test that takes ``store`` runs against each implementation of ``StoreApi``
 (STYLE §11): the in-process ``LocalStore``; ``RemoteStore`` talking to a store
-process over a Unix socket; and that ``RemoteStore`` reading the store's files
-itself (``direct``: ``popbroker popack --data-dir``, :mod:`popbroker.store.direct`).
+process over a Unix socket, its unary calls framed (``remote``,
+:mod:`popbroker.store.wire.frames`) or all on gRPC (``grpc``, what a TCP target
+gets); and the framed ``RemoteStore`` reading the store's files itself (``direct``:
+``popbroker popack --data-dir``, :mod:`popbroker.store.direct`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from popbroker.store.local import LocalStore
 from tests.integration.store.remote_fixture import store_process_factory
 from tests.storesettings import small_settings
 
-IMPLEMENTATIONS = ["local", "remote", "direct"]
+IMPLEMENTATIONS = ["local", "remote", "grpc", "direct"]
 
 
 @pytest.fixture(params=IMPLEMENTATIONS)
@@ -48,7 +50,7 @@ async def store(
         return
     with store_process_factory(tmp_path) as spawn:
         process = spawn(tmp_path / "data", settings=settings)
-        remote = await process.connect()
+        remote = await process.connect(framed=implementation != "grpc")
         if implementation == "direct":
             remote.read_directly(running.direct_reads(tmp_path / "data", await remote.info()))
         try:

@@ -115,10 +115,12 @@ class StoreProcess:
             return ""
         return self.log_path.read_text(errors="replace")[-4000:]
 
-    async def connect(self, *, timeout_s: float = 10.0) -> RemoteStore:
-        """A ``RemoteStore`` for this process, bound to the running event loop."""
-        store = RemoteStore.connect(self.target, timeout_s=timeout_s)
+    async def connect(self, *, timeout_s: float = 10.0, framed: bool = True) -> RemoteStore:
+        """A ``RemoteStore`` for this process, bound to the running event loop: its unary
+        calls framed (``popbroker.store.wire.frames``), or all on gRPC."""
+        store = RemoteStore.connect(self.target, timeout_s=timeout_s, frames_allowed=framed)
         await store.wait_ready(timeout_s)
+        assert store.framed is framed, "the store process did not announce its frames socket"
         return store
 
     def kill(self) -> None:

@@ -59,6 +59,7 @@ async def remote(local: LocalStore, socket_path: Path) -> AsyncIterator[RemoteSt
     grpc_server = await server.serve(local, socket_path=socket_path)
     client = RemoteStore.connect(server.unix_target(socket_path), timeout_s=5.0)
     await client.wait_ready(5.0)
+    assert client.framed  # the errors below cross the framed socket
     yield client
     await client.close()
     await grpc_server.stop(0)

@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import grpc
+from google.protobuf.message import Message
 
 from popbroker.store import api, errors
 from popbroker.store.direct import DirectReads
@@ -38,6 +40,7 @@ from popbroker.store.wire import convert, errormap
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire import store_pb2_grpc as pb_grpc
 from popbroker.store.wire.arrivals import ArrivalStream
+from popbroker.store.wire.frames import FrameChannel
 from popbroker.store.wire.server import MAX_MESSAGE_BYTES
 
 if TYPE_CHECKING:
@@ -87,6 +90,7 @@ class RemoteStore:
         target: str,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         wait_for_ready: bool = True,
+        frames_allowed: bool = True,
     ) -> None:
         self._channel = channel
         self._stub = cast("StoreAsyncStub", pb_grpc.StoreStub(channel))
@@ -95,6 +99,8 @@ class RemoteStore:
         self._wait_for_ready = wait_for_ready
         self._streams: set[ArrivalStream] = set()
         self._direct: DirectReads | None = None
+        self._frames_allowed = frames_allowed and target.startswith("unix:")
+        self._frames: FrameChannel | None = None
 
     def read_directly(self, direct: DirectReads) -> None:
         """Answer ``read`` and ``bounds`` from the store's files through ``direct`` when it
@@ -106,13 +112,33 @@ class RemoteStore:
     def direct_reads(self) -> DirectReads | None:
         return self._direct
 
+    @property
+    def framed(self) -> bool:
+        """Whether unary calls go to the store's framed socket (learnt in ``wait_ready``)."""
+        return self._frames is not None
+
     @classmethod
     def connect(
-        cls, target: str, *, timeout_s: float = DEFAULT_TIMEOUT_S, wait_for_ready: bool = True
+        cls,
+        target: str,
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        wait_for_ready: bool = True,
+        frames_allowed: bool = True,
     ) -> RemoteStore:
-        """A client for the store at ``target``; the channel connects lazily on first use."""
+        """A client for the store at ``target``; the channel connects lazily on first use.
+
+        Unary calls go over gRPC until ``wait_ready`` learns that the store serves framed
+        calls beside its Unix socket (never for a TCP target, nor with ``frames_allowed``
+        false); from then on they go there."""
         channel = grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
-        return cls(channel, target=target, timeout_s=timeout_s, wait_for_ready=wait_for_ready)
+        return cls(
+            channel,
+            target=target,
+            timeout_s=timeout_s,
+            wait_for_ready=wait_for_ready,
+            frames_allowed=frames_allowed,
+        )
 
     @property
     def target(self) -> str:
@@ -123,6 +149,8 @@ class RemoteStore:
         streams, self._streams = self._streams, set()
         for stream in streams:
             await stream.aclose()
+        if self._frames is not None:
+            await self._frames.close()
         await self._channel.close()
 
     async def wait_ready(self, timeout_s: float) -> api.StoreInfo:
@@ -133,14 +161,31 @@ class RemoteStore:
             )
         except grpc.aio.AioRpcError as exc:
             raise _to_store_error(exc) from None
+        if self._frames_allowed and response.frames_socket and self._frames is None:
+            socket_dir = Path(self._target.removeprefix("unix:")).parent
+            self._frames = FrameChannel(socket_dir / Path(response.frames_socket).name)
         return convert.info_from_pb(response)
 
-    async def _call(self, rpc: Callable[..., Awaitable[_Resp]], request: object) -> _Resp:
+    async def _call(self, method: str, response: type[_Resp], request: Message) -> _Resp:
+        """``method`` of the ``Store`` service: a framed call when the store serves them
+        (``frames``), else gRPC; the same answer and the same errors either way."""
         timeout_s = self._timeout_s
         if any(not s.is_settled for s in self._streams):
             timeout_s = await self._wait_for_subscriptions()
+        framed = self._frames
+        if framed is not None:
+            answer = await framed.call(
+                method,
+                request.SerializeToString(),
+                timeout_s=timeout_s,
+                wait=self._wait_for_ready,
+            )
+            return cast(_Resp, response.FromString(answer))  # type: ignore[attr-defined]
+        rpc = getattr(self._stub, method)
         try:
-            return await rpc(request, timeout=timeout_s, wait_for_ready=self._wait_for_ready)
+            return cast(
+                _Resp, await rpc(request, timeout=timeout_s, wait_for_ready=self._wait_for_ready)
+            )
         except grpc.aio.AioRpcError as exc:
             raise _to_store_error(exc) from None
 
@@ -161,11 +206,11 @@ class RemoteStore:
     # ------------------------------------------------------------ data path
 
     async def info(self) -> api.StoreInfo:
-        return convert.info_from_pb(await self._call(self._stub.Info, pb.InfoRequest()))
+        return convert.info_from_pb(await self._call("Info", pb.StoreInfo, pb.InfoRequest()))
 
     async def append(self, messages: Sequence[api.MessageToAppend]) -> list[api.AppendResult]:
         request = pb.AppendRequest(messages=[convert.message_to_append_to_pb(m) for m in messages])
-        response = await self._call(self._stub.Append, request)
+        response = await self._call("Append", pb.AppendResponse, request)
         return [convert.append_result_from_pb(r) for r in response.results]
 
     async def read(
@@ -205,7 +250,7 @@ class RemoteStore:
                 tag_filter=tag_filter,
                 max_scan=max_scan,
             )
-        result = convert.read_result_from_pb(await self._call(self._stub.Read, request))
+        result = convert.read_result_from_pb(await self._call("Read", pb.ReadResponse, request))
         if direct is not None:
             direct.learn_absent(topic, queue_id, status=result.status, stamp=stamp)
         return result
@@ -221,7 +266,7 @@ class RemoteStore:
         with convert.refusing_bad_values("bounds"):
             request = pb.BoundsRequest(topic=topic, queue_id=queue_id)
         try:
-            bounds = convert.bounds_from_pb(await self._call(self._stub.Bounds, request))
+            bounds = convert.bounds_from_pb(await self._call("Bounds", pb.QueueBounds, request))
         except errors.UnknownTopic:
             if direct is not None:
                 direct.learn_absent(
@@ -257,60 +302,66 @@ class RemoteStore:
             request = pb.CommitOffsetRequest(
                 group=group, topic=topic, queue_id=queue_id, queue_offset=queue_offset
             )
-        await self._call(self._stub.CommitOffset, request)
+        await self._call("CommitOffset", pb.CommitOffsetResponse, request)
 
     async def committed_offset(self, *, group: str, topic: str, queue_id: int) -> int | None:
         with convert.refusing_bad_values("committed_offset"):
             request = pb.CommittedOffsetRequest(group=group, topic=topic, queue_id=queue_id)
-        response = await self._call(self._stub.CommittedOffset, request)
+        response = await self._call("CommittedOffset", pb.CommittedOffsetResponse, request)
         return response.queue_offset if response.HasField("queue_offset") else None
 
     async def committed_offsets(self, group: str | None = None) -> list[api.CommittedOffset]:
         request = pb.CommittedOffsetsRequest(group=group)
-        response = await self._call(self._stub.CommittedOffsets, request)
+        response = await self._call("CommittedOffsets", pb.CommittedOffsetsResponse, request)
         return [convert.committed_offset_from_pb(r) for r in response.offsets]
 
     async def delete_offsets(self, group: str, topic: str | None = None) -> None:
         await self._call(
-            self._stub.DeleteOffsets, pb.DeleteOffsetsRequest(group=group, topic=topic)
+            "DeleteOffsets",
+            pb.DeleteOffsetsResponse,
+            pb.DeleteOffsetsRequest(group=group, topic=topic),
         )
 
     # ------------------------------------------------------------ configuration
 
     async def put_topic(self, topic: api.TopicConfig) -> api.TopicConfig:
         request = pb.PutTopicRequest(topic=convert.topic_to_pb(topic))
-        return convert.topic_from_pb(await self._call(self._stub.PutTopic, request))
+        return convert.topic_from_pb(await self._call("PutTopic", pb.TopicConfig, request))
 
     async def delete_topic(self, name: str) -> None:
-        await self._call(self._stub.DeleteTopic, pb.DeleteTopicRequest(name=name))
+        await self._call("DeleteTopic", pb.DeleteTopicResponse, pb.DeleteTopicRequest(name=name))
 
     async def topics(self) -> list[api.TopicConfig]:
-        response = await self._call(self._stub.Topics, pb.TopicsRequest())
+        response = await self._call("Topics", pb.TopicsResponse, pb.TopicsRequest())
         return [convert.topic_from_pb(t) for t in response.topics]
 
     async def put_group(self, group: api.GroupConfig) -> api.GroupConfig:
         request = pb.PutGroupRequest(group=convert.group_to_pb(group))
-        return convert.group_from_pb(await self._call(self._stub.PutGroup, request))
+        return convert.group_from_pb(await self._call("PutGroup", pb.GroupConfig, request))
 
     async def delete_group(self, name: str) -> None:
-        await self._call(self._stub.DeleteGroup, pb.DeleteGroupRequest(name=name))
+        await self._call("DeleteGroup", pb.DeleteGroupResponse, pb.DeleteGroupRequest(name=name))
 
     async def groups(self) -> list[api.GroupConfig]:
-        response = await self._call(self._stub.Groups, pb.GroupsRequest())
+        response = await self._call("Groups", pb.GroupsResponse, pb.GroupsRequest())
         return [convert.group_from_pb(g) for g in response.groups]
 
     async def put_consume_mode(self, mode: api.ConsumeModeConfig) -> api.ConsumeModeConfig:
         request = pb.PutConsumeModeRequest(mode=convert.consume_mode_to_pb(mode))
-        return convert.consume_mode_from_pb(await self._call(self._stub.PutConsumeMode, request))
+        return convert.consume_mode_from_pb(
+            await self._call("PutConsumeMode", pb.ConsumeModeConfig, request)
+        )
 
     async def consume_modes(self) -> list[api.ConsumeModeConfig]:
-        response = await self._call(self._stub.ConsumeModes, pb.ConsumeModesRequest())
+        response = await self._call(
+            "ConsumeModes", pb.ConsumeModesResponse, pb.ConsumeModesRequest()
+        )
         return [convert.consume_mode_from_pb(m) for m in response.modes]
 
     async def set_members(self, members: Sequence[api.ClusterMember]) -> None:
         request = pb.SetMembersRequest(members=[convert.member_to_pb(m) for m in members])
-        await self._call(self._stub.SetMembers, request)
+        await self._call("SetMembers", pb.SetMembersResponse, request)
 
     async def members(self) -> list[api.ClusterMember]:
-        response = await self._call(self._stub.Members, pb.MembersRequest())
+        response = await self._call("Members", pb.MembersResponse, pb.MembersRequest())
         return [convert.member_from_pb(m) for m in response.members]

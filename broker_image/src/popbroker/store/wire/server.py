@@ -11,6 +11,11 @@ store, converts the answer. A ``StoreError`` ends the call with the status from
 ``errormap`` and the error's name in trailing metadata; any other exception is
 logged here and answered as INTERNAL, so bad input never crashes the role.
 
+Beside a Unix socket, the same unary methods are also served as framed calls
+(``popbroker.store.wire.frames``, same messages, same servicer code, no HTTP/2) on
+``<socket>.frames``; ``Info`` names that file, and ``RemoteStore`` then makes its
+unary calls there. ``Arrivals`` stays on gRPC.
+
 ``Arrivals`` forwards the store's arrival iterator. A pump task reads it into a
 bounded queue while the stream writes, and each write carries everything queued
 by then (up to ``ARRIVALS_BATCH``), so a burst of appends costs one HTTP/2 frame,
@@ -32,12 +37,12 @@ import socket
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import grpc
 
 from popbroker.store import api, errors
-from popbroker.store.wire import convert, errormap
+from popbroker.store.wire import convert, errormap, frames
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire import store_pb2_grpc as pb_grpc
 
@@ -95,16 +100,23 @@ def _answering(
 
 
 class StoreServicer(pb_grpc.StoreServicer):
-    """The ``Store`` service over one ``StoreApi`` implementation."""
+    """The ``Store`` service over one ``StoreApi`` implementation.
 
-    def __init__(self, store: api.StoreApi) -> None:
+    ``frames_socket`` is the file name of the framed-call socket beside the gRPC one
+    (``frames``), announced in ``Info``; empty when there is none.
+    """
+
+    def __init__(self, store: api.StoreApi, *, frames_socket: str = "") -> None:
         self._store = store
+        self.frames_socket = frames_socket
 
     @_answering
     async def Info(
         self, request: pb.InfoRequest, context: grpc.aio.ServicerContext
     ) -> pb.StoreInfo:
-        return convert.info_to_pb(await self._store.info())
+        info = convert.info_to_pb(await self._store.info())
+        info.frames_socket = self.frames_socket
+        return info
 
     @_answering
     async def Append(
@@ -311,11 +323,56 @@ async def _pump_arrivals(
                 await aclose()
 
 
-def build_server(store: api.StoreApi) -> grpc.aio.Server:
+def build_server(servicer: StoreServicer) -> grpc.aio.Server:
     """A server with the ``Store`` service and no ports yet (``serve`` binds and starts)."""
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    pb_grpc.add_StoreServicer_to_server(StoreServicer(store), server)
+    pb_grpc.add_StoreServicer_to_server(servicer, server)
     return server
+
+
+UNARY_METHODS: Final = tuple(
+    m.name
+    for m in pb.DESCRIPTOR.services_by_name["Store"].methods
+    if not m.client_streaming and not m.server_streaming
+)
+"""The ``Store`` methods the framed socket serves (all but the ``Arrivals`` stream)."""
+
+
+def frame_handlers(servicer: StoreServicer) -> dict[str, frames.Handler]:
+    """Every unary method of ``servicer`` as a framed-call handler: the same request and
+    response messages, the same code behind them, a ``StoreError`` raised as it is."""
+    methods = pb.DESCRIPTOR.services_by_name["Store"].methods_by_name
+
+    def handler(name: str) -> frames.Handler:
+        parse = getattr(pb, methods[name].input_type.name).FromString
+        answer = getattr(servicer, name).__wrapped__  # the method inside ``_answering``
+
+        async def call(request: bytes) -> bytes:
+            response = await answer(servicer, parse(request), None)
+            return bytes(response.SerializeToString())
+
+        return call
+
+    return {name: handler(name) for name in UNARY_METHODS}
+
+
+def frames_path(socket_path: Path) -> Path:
+    """Where the framed calls of a store serving gRPC on ``socket_path`` listen."""
+    return socket_path.with_name(socket_path.name + ".frames")
+
+
+class StoreWire:
+    """A serving store wire: the gRPC server and, beside a Unix socket, the framed one."""
+
+    def __init__(self, grpc_server: grpc.aio.Server, frame_server: frames.FrameServer | None):
+        self.grpc_server = grpc_server
+        self.frame_server = frame_server
+
+    async def stop(self, grace_s: float | None) -> None:
+        """Stop both; calls in flight get ``grace_s`` to finish (None: none)."""
+        if self.frame_server is not None:
+            await self.frame_server.close(grace_s)
+        await self.grpc_server.stop(grace_s)
 
 
 def unix_target(socket_path: Path | str) -> str:
@@ -350,29 +407,46 @@ def remove_stale_socket(socket_path: Path) -> None:
 
 
 async def serve(
-    store: api.StoreApi, *, socket_path: Path | str | None = None, listen: str | None = None
-) -> grpc.aio.Server:
-    """Start serving ``store`` on a Unix socket and/or ``HOST:PORT``; returns the started server.
+    store: api.StoreApi,
+    *,
+    socket_path: Path | str | None = None,
+    listen: str | None = None,
+    frames_too: bool = True,
+) -> StoreWire:
+    """Start serving ``store`` on a Unix socket and/or ``HOST:PORT``; returns what serves.
 
-    Stop it with ``await server.stop(grace_s)``; the socket file is removed by gRPC.
+    With a Unix socket (and ``frames_too``), the unary methods are also served as framed
+    calls on ``frames_path(socket_path)``, and ``Info`` names that file. Stop with
+    ``await wire.stop(grace_s)``; both socket files are removed.
     """
     if socket_path is None and listen is None:
         raise ValueError("serve needs socket_path, listen or both")
     path = None if socket_path is None else Path(socket_path).absolute()
+    framed = None
     if path is not None:
         if len(os.fsencode(path)) > SUN_PATH_MAX:
             raise ValueError(f"socket path longer than {SUN_PATH_MAX} bytes: {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_socket(path)
-    server = build_server(store)
+        if frames_too and len(os.fsencode(frames_path(path))) <= SUN_PATH_MAX:
+            framed = frames_path(path)
+            remove_stale_socket(framed)
+    servicer = StoreServicer(store, frames_socket=framed.name if framed else "")
+    server = build_server(servicer)
+    frame_server = frames.FrameServer(frame_handlers(servicer)) if framed else None
     try:
         if path is not None:
             server.add_insecure_port(unix_target(path))
         if listen is not None:
             server.add_insecure_port(listen)
         await server.start()
+        if frame_server is not None and framed is not None:
+            await frame_server.start(framed)
     except BaseException:
+        if frame_server is not None:
+            await frame_server.close()
         await server.stop(None)
         raise
-    log.info("store wire: serving on %s", ", ".join(str(t) for t in (socket_path, listen) if t))
-    return server
+    served = (socket_path, framed, listen)
+    log.info("store wire: serving on %s", ", ".join(str(t) for t in served if t))
+    return StoreWire(server, frame_server)

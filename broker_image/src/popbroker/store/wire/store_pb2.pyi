@@ -142,6 +142,7 @@ class StoreInfo(_message.Message):
     LAST_ERROR_FIELD_NUMBER: _builtins.int
     SEGMENT_BYTES_FIELD_NUMBER: _builtins.int
     CQ_ENTRIES_PER_FILE_FIELD_NUMBER: _builtins.int
+    FRAMES_SOCKET_FIELD_NUMBER: _builtins.int
     cluster: _builtins.str
     broker_name: _builtins.str
     config_epoch: _builtins.str
@@ -154,6 +155,10 @@ class StoreInfo(_message.Message):
     segment_bytes: _builtins.int
     """The on-disk layout, for a reader of the same volume (popbroker.store.direct)."""
     cq_entries_per_file: _builtins.int
+    frames_socket: _builtins.str
+    """The file name, beside the store's Unix socket, of its framed-call socket
+    (popbroker.store.wire.frames), when it serves one; empty: gRPC only.
+    """
     def __init__(
         self,
         *,
@@ -168,10 +173,11 @@ class StoreInfo(_message.Message):
         last_error: _builtins.str = ...,
         segment_bytes: _builtins.int = ...,
         cq_entries_per_file: _builtins.int = ...,
+        frames_socket: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "cluster", b"cluster", "config_epoch", b"config_epoch", "cq_entries_per_file", b"cq_entries_per_file", "flush_mode", b"flush_mode", "flushed_physical_offset", b"flushed_physical_offset", "last_error", b"last_error", "max_physical_offset", b"max_physical_offset", "min_physical_offset", b"min_physical_offset", "segment_bytes", b"segment_bytes", "writable", b"writable"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["broker_name", b"broker_name", "cluster", b"cluster", "config_epoch", b"config_epoch", "cq_entries_per_file", b"cq_entries_per_file", "flush_mode", b"flush_mode", "flushed_physical_offset", b"flushed_physical_offset", "frames_socket", b"frames_socket", "last_error", b"last_error", "max_physical_offset", b"max_physical_offset", "min_physical_offset", b"min_physical_offset", "segment_bytes", b"segment_bytes", "writable", b"writable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
