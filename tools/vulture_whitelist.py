@@ -26,6 +26,20 @@ _.QueryOffset
 _.ForwardMessageToDeadLetterQueue
 _.intercept_service  # grpc.aio.ServerInterceptor
 
+# -- gRPC and the framed store calls (store/wire/server.frame_handlers) call these by the
+# Store service's method names; RemoteStore names them as strings.
+_.Append
+_.Read
+_.Bounds
+_.CommitOffset
+_.CommittedOffsets
+_.DeleteOffsets
+_.Topics
+_.Groups
+_.PutConsumeMode
+_.ConsumeModes
+_.Members
+
 # -- protobuf fields set on a reply message (read by the client at the other end).
 _.checksum
 _.body_encoding

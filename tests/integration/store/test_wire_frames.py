@@ -70,8 +70,7 @@ async def test_concurrent_calls_get_their_own_answers_in_any_order(
     try:
         requests = [f"call-{i}".encode() for i in range(40)]
         calls = [
-            asyncio.create_task(channel.call("Echo", r, timeout_s=10, wait=False))
-            for r in requests
+            asyncio.create_task(channel.call("Echo", r, timeout_s=10, wait=False)) for r in requests
         ]
         arrived = {await asyncio.wait_for(gate.arrived.get(), 10) for _ in requests}
         assert arrived == set(requests)
@@ -206,7 +205,9 @@ async def test_remote_store_calls_are_framed_and_survive_a_store_restart(
         await local.close()
 
 
-async def test_no_frames_socket_or_a_client_refusal_keeps_grpc(tmp_path: Path, socket_dir: Path) -> None:
+async def test_no_frames_socket_or_a_client_refusal_keeps_grpc(
+    tmp_path: Path, socket_dir: Path
+) -> None:
     local = LocalStore.open(tmp_path / "data", StoreSettings())
     path = socket_dir / "store.sock"
     wire = await server.serve(local, socket_path=path, frames_too=False)
