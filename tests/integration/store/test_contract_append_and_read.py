@@ -6,6 +6,7 @@ import asyncio
 
 import pytest
 
+from popbroker.store import appending
 from popbroker.store.api import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -68,6 +69,30 @@ async def test_read_returns_every_field_written(store: StoreApi) -> None:
     assert m.born_host == "127.0.0.1:4000"
     assert result.next_queue_offset == 1
     assert (result.min_queue_offset, result.max_queue_offset) == (0, 1)
+
+
+async def test_records_encoded_by_the_caller_append_as_their_messages(store: StoreApi) -> None:
+    messages = [_msg(i % 2, f"r{i}".encode(), tag="B", x=str(i)) for i in range(6)]
+    messages.append(MessageToAppend("orders", 3, b"born now"))  # born 0: the store's time
+    written = await store.append_records([appending.encode_unplaced(m) for m in messages])
+    assert [(r.topic, r.queue_id, r.queue_offset) for r in written] == [
+        ("orders", 0, 0), ("orders", 1, 0), ("orders", 0, 1), ("orders", 1, 1),
+        ("orders", 0, 2), ("orders", 1, 2), ("orders", 3, 0),
+    ]  # fmt: skip
+    read = await store.read("orders", 1, 0, max_count=32, tag_filter="B")
+    assert [(m.body, m.properties) for m in read.messages] == [
+        (f"r{i}".encode(), {PROPERTY_TAGS: "B", "x": str(i)}) for i in (1, 3, 5)
+    ]
+    assert [m.physical_offset for m in read.messages] == [
+        written[i].physical_offset for i in (1, 3, 5)
+    ]
+    (late,) = (await store.read("orders", 3, 0, max_count=1)).messages
+    assert late.born_timestamp_ms == late.store_timestamp_ms == written[-1].store_timestamp_ms
+    with pytest.raises(InvalidArgument, match="not an unplaced record"):
+        await store.append_records([appending.encode_unplaced(messages[0]), b"\x00" * 70])
+    with pytest.raises(InvalidArgument, match="at least one"):
+        await store.append_records([])
+    assert (await store.bounds("orders", 0)).max_queue_offset == 3  # nothing of either
 
 
 async def test_reads_page_through_a_queue_in_order(store: StoreApi) -> None:

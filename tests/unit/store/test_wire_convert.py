@@ -35,32 +35,30 @@ def test_store_info_round_trip() -> None:
 
 
 @given(
-    topic=TEXT,
-    queue_id=INT32,
-    body=st.binary(max_size=64),
-    properties=PROPS,
-    born=INT64,
-    host=TEXT,
-    reconsume=INT32,
-    flags=INT32,
+    st.lists(
+        st.tuples(
+            TEXT,
+            st.integers(0, 2**31 - 1),
+            INT64,
+            INT64,
+            st.integers(0, 2**32 - 1),
+            INT64,
+        ),
+        max_size=40,
+    )
 )
-def test_message_to_append_round_trip(
-    topic: str,
-    queue_id: int,
-    body: bytes,
-    properties: dict[str, str],
-    born: int,
-    host: str,
-    reconsume: int,
-    flags: int,
+def test_packed_append_results_round_trip(
+    rows: list[tuple[str, int, int, int, int, int]],
 ) -> None:
-    message = api.MessageToAppend(topic, queue_id, body, properties, born, host, reconsume, flags)
-    assert convert.message_to_append_from_pb(convert.message_to_append_to_pb(message)) == message
+    results = [api.AppendResult(*row) for row in rows]
+    packed = convert.pack_append_results(results)
+    assert convert.unpack_append_results(packed, [r.topic for r in results]) == results
 
 
-def test_append_result_round_trip() -> None:
-    result = api.AppendResult("t", 3, 2**33, 2**45, 1_100, 1_700_000_000_000)
-    assert convert.append_result_from_pb(convert.append_result_to_pb(result)) == result
+def test_packed_results_of_the_wrong_length_are_refused() -> None:
+    packed = convert.pack_append_results([api.AppendResult("t", 0, 1, 2, 3, 4)])
+    with pytest.raises(errors.StoreError, match="32 bytes of results for 2 records"):
+        convert.unpack_append_results(packed, ["t", "t"])
 
 
 def _stored(queue_offset: int, *, tag: str = "A") -> api.StoredMessage:
@@ -191,8 +189,8 @@ def test_group_without_retry_policy_is_refused() -> None:
 
 
 def test_out_of_range_values_are_invalid_arguments() -> None:
-    with pytest.raises(errors.InvalidArgument, match="MessageToAppend"):
-        convert.message_to_append_to_pb(api.MessageToAppend("t", 2**31, b"x"))
+    with pytest.raises(errors.InvalidArgument, match="AppendResult"):
+        convert.pack_append_results([api.AppendResult("t", 2**31, 0, 0, 0, 0)])
     with pytest.raises(errors.InvalidArgument, match="Arrival"):
         convert.arrival_to_pb(api.Arrival("t", 0, 0, 2**63))
 

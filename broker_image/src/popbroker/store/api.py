@@ -321,6 +321,11 @@ class StoreApi(Protocol):
         """Append records atomically as a batch (all or none); see invariant 1."""
         ...
 
+    async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
+        """``append`` of messages the caller already encoded as unplaced records
+        (``popbroker.store.appending.encode_unplaced``), checked as their messages would be."""
+        ...
+
     async def read(
         self,
         topic: str,

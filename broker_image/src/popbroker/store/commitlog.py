@@ -57,6 +57,46 @@ class RecordFields:
             topic=self.topic, born_host=self.born_host, properties=self.properties, body=self.body
         )
 
+    def encode_at(self, physical_offset: int) -> bytes:
+        return fmt.encode_record(
+            physical_offset=physical_offset,
+            queue_id=self.queue_id,
+            queue_offset=self.queue_offset,
+            flags=self.flags,
+            born_timestamp_ms=self.born_timestamp_ms,
+            store_timestamp_ms=self.store_timestamp_ms,
+            reconsume_times=self.reconsume_times,
+            topic=self.topic,
+            born_host=self.born_host,
+            properties=self.properties,
+            body=self.body,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UnplacedAt:
+    """An unplaced record (``format.encode_unplaced``) with its queue offset and store time;
+    the commit log gives it its position."""
+
+    raw: bytes
+    queue_offset: int
+    store_timestamp_ms: int
+
+    @property
+    def size(self) -> int:
+        return len(self.raw)
+
+    def encode_at(self, physical_offset: int) -> bytes | bytearray:
+        return fmt.place_unplaced(
+            self.raw,
+            physical_offset=physical_offset,
+            queue_offset=self.queue_offset,
+            store_timestamp_ms=self.store_timestamp_ms,
+        )
+
+
+Placeable = RecordFields | UnplacedAt
+
 
 @dataclass(frozen=True, slots=True)
 class Placed:
@@ -87,11 +127,11 @@ class CommitLog:
     def end(self) -> int:
         return self.file.write_position
 
-    def place(self, records: Sequence[RecordFields]) -> list[Placed]:
+    def place(self, records: Sequence[Placeable]) -> list[Placed]:
         """Write ``records`` contiguously; all or none (a failure truncates the batch away)."""
         start = self.file.write_position
         placed: list[Placed] = []
-        chunk: list[bytes] = []
+        chunk: list[bytes | bytearray] = []
         chunk_len = 0
         try:
             for record in records:
@@ -111,21 +151,7 @@ class CommitLog:
                     self._write(chunk, chunk_len)
                     chunk, chunk_len = [], 0
                     position = self.file.write_position
-                chunk.append(
-                    fmt.encode_record(
-                        physical_offset=position,
-                        queue_id=record.queue_id,
-                        queue_offset=record.queue_offset,
-                        flags=record.flags,
-                        born_timestamp_ms=record.born_timestamp_ms,
-                        store_timestamp_ms=record.store_timestamp_ms,
-                        reconsume_times=record.reconsume_times,
-                        topic=record.topic,
-                        born_host=record.born_host,
-                        properties=record.properties,
-                        body=record.body,
-                    )
-                )
+                chunk.append(record.encode_at(position))
                 chunk_len += size
                 placed.append(Placed(position, size))
             self._write(chunk, chunk_len)
@@ -134,7 +160,7 @@ class CommitLog:
             raise
         return placed
 
-    def _write(self, chunk: list[bytes], chunk_len: int) -> None:
+    def _write(self, chunk: list[bytes | bytearray], chunk_len: int) -> None:
         if not chunk_len:
             return
         data = b"".join(chunk)

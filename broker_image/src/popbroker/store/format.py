@@ -163,6 +163,115 @@ def encode_record(
     return _PREFIX.pack(total, MAGIC_MESSAGE_V1, zlib.crc32(payload)) + payload
 
 
+# An unplaced record (``encode_unplaced``): a record whose position is not known yet. Its
+# physical offset, queue offset, store time and CRC are zero until ``place_unplaced``
+# fills them in; a born time of zero is filled with the store time.
+_AT_PHYSICAL = PREFIX_SIZE  # i64
+_AT_QUEUE_OFFSET = PREFIX_SIZE + 12  # i64, after the physical offset and the queue id
+_AT_BORN = PREFIX_SIZE + 22  # i64, after the queue offset and the flags
+_AT_STORED = PREFIX_SIZE + 30  # i64
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+
+
+def encode_unplaced(
+    *,
+    queue_id: int,
+    flags: int,
+    born_timestamp_ms: int,
+    reconsume_times: int,
+    topic: bytes,
+    born_host: bytes,
+    properties: bytes,
+    body: bytes,
+) -> bytes:
+    """A record for ``queue_id`` whose position the store assigns (see ``place_unplaced``)."""
+    return encode_record(
+        physical_offset=0,
+        queue_id=queue_id,
+        queue_offset=0,
+        flags=flags,
+        born_timestamp_ms=born_timestamp_ms,
+        store_timestamp_ms=0,
+        reconsume_times=reconsume_times,
+        topic=topic,
+        born_host=born_host,
+        properties=properties,
+        body=body,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Unplaced:
+    """An unplaced record as read by :func:`parse_unplaced`: its bytes and what the store
+    checks and indexes before it places it."""
+
+    raw: bytes
+    topic: str
+    queue_id: int
+    reconsume_times: int
+    properties: dict[str, str]
+    properties_size: int
+    body_size: int
+
+
+def parse_unplaced(raw: bytes) -> Unplaced:
+    """Check the structure of an unplaced record (length, magic, every field inside it,
+    UTF-8 text, well-formed properties) and read what the store needs; ``FormatError``
+    says what is wrong. Position, store time and CRC are not checked: they are the
+    store's to write."""
+    if len(raw) < MIN_RECORD_SIZE:
+        raise FormatError(f"record truncated: {len(raw)} bytes")
+    total, magic, _crc = _PREFIX.unpack_from(raw)
+    if magic != MAGIC_MESSAGE_V1:
+        raise FormatError(f"unknown magic 0x{magic:02x}")
+    if total != len(raw):
+        raise FormatError(f"record length {total} but {len(raw)} bytes available")
+    (queue_id,) = _I32.unpack_from(raw, _AT_PHYSICAL + 8)
+    (reconsume,) = _U32.unpack_from(raw, FIXED_END - 4)
+    pos = FIXED_END
+    try:
+        topic_len = raw[pos]
+        topic = raw[pos + 1 : pos + 1 + topic_len].decode("utf-8")
+        pos += 1 + topic_len
+        host_len = raw[pos]
+        raw[pos + 1 : pos + 1 + host_len].decode("utf-8")
+        pos += 1 + host_len
+        (props_len,) = _U32.unpack_from(raw, pos)
+        properties = decode_properties(raw[pos + 4 : pos + 4 + props_len])
+        pos += 4 + props_len
+        (body_len,) = _U32.unpack_from(raw, pos)
+        pos += 4 + body_len
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise FormatError(f"malformed record fields: {exc}") from exc
+    if pos != total or len(topic.encode()) != topic_len:
+        raise FormatError(f"record fields end at {pos}, length says {total}")
+    return Unplaced(raw, topic, queue_id, reconsume, properties, props_len, body_len)
+
+
+def unplaced_topic(raw: bytes) -> str:
+    """The topic an unplaced (or placed) record names, without checking the rest."""
+    try:
+        return raw[FIXED_END + 1 : FIXED_END + 1 + raw[FIXED_END]].decode("utf-8")
+    except (IndexError, UnicodeDecodeError) as exc:
+        raise FormatError(f"malformed record topic: {exc}") from exc
+
+
+def place_unplaced(
+    raw: bytes, *, physical_offset: int, queue_offset: int, store_timestamp_ms: int
+) -> bytearray:
+    """The record ``raw`` (from ``encode_unplaced``) at its position: offsets and store
+    time written in, a born time of zero replaced by the store time, the CRC computed."""
+    record = bytearray(raw)
+    _I64.pack_into(record, _AT_PHYSICAL, physical_offset)
+    _I64.pack_into(record, _AT_QUEUE_OFFSET, queue_offset)
+    _I64.pack_into(record, _AT_STORED, store_timestamp_ms)
+    if not _I64.unpack_from(record, _AT_BORN)[0]:
+        _I64.pack_into(record, _AT_BORN, store_timestamp_ms)
+    _U32.pack_into(record, FILLER_MIN, zlib.crc32(memoryview(record)[PREFIX_SIZE:]))
+    return record
+
+
 def encode_filler(size: int) -> bytes:
     """An end-of-segment filler of exactly ``size`` bytes (``size >= FILLER_MIN``)."""
     return struct.pack(">IB", size, MAGIC_END_OF_SEGMENT) + bytes(size - FILLER_MIN)

@@ -56,9 +56,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from popbroker.store import atomicfiles, filters, flushmark, names, recovery, retention
-from popbroker.store import format as fmt
+from popbroker.store import (
+    appending,
+    atomicfiles,
+    filters,
+    flushmark,
+    names,
+    recovery,
+    retention,
+)
 from popbroker.store.api import (
     MAX_READ_COUNT,
     PROPERTY_TAGS,
@@ -78,13 +86,11 @@ from popbroker.store.api import (
     StoreInfo,
     TopicConfig,
 )
-from popbroker.store.commitlog import CommitLog, RecordFields
+from popbroker.store.commitlog import CommitLog, Placeable, RecordFields, UnplacedAt
 from popbroker.store.consumequeue import ConsumeQueue, Entry
 from popbroker.store.errors import (
     CorruptStore,
-    EmptyBody,
     InvalidArgument,
-    MessageTooLarge,
     StoreClosed,
     StoreError,
     StoreFull,
@@ -159,6 +165,38 @@ class ArrivalStream:
     @property
     def dropped(self) -> int:
         return self._listener.dropped
+
+
+_Item = TypeVar("_Item", MessageToAppend, bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """A checked message or unplaced record of an append, before it gets its queue offset:
+    either the encoded parts of a message (topic, born host, properties, the message) or
+    the unplaced record's bytes."""
+
+    topic: str
+    queue_id: int
+    tag: str
+    source: tuple[bytes, bytes, bytes, MessageToAppend] | bytes
+
+    def at(self, queue_offset: int, now_ms: int) -> Placeable:
+        if isinstance(self.source, bytes):
+            return UnplacedAt(self.source, queue_offset, now_ms)
+        topic, host, props, message = self.source
+        return RecordFields(
+            topic=topic,
+            queue_id=message.queue_id,
+            queue_offset=queue_offset,
+            flags=message.flags,
+            born_timestamp_ms=message.born_timestamp_ms or now_ms,
+            store_timestamp_ms=now_ms,
+            reconsume_times=message.reconsume_times,
+            born_host=host,
+            properties=props,
+            body=message.body,
+        )
 
 
 class LocalStore:
@@ -424,59 +462,55 @@ class LocalStore:
             )
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
-        results, end, takebacks = self._append(messages)
+        results, end, takebacks = self._append(messages, self._prepare)
         if self.settings.flush_mode is FlushMode.SYNC:
             await self.flusher.wait_flushed(end, takebacks=takebacks)
         return results
 
-    def _append(self, messages: Sequence[MessageToAppend]) -> tuple[list[AppendResult], int, int]:
+    async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
+        results, end, takebacks = self._append(records, self._prepare_record)
+        if self.settings.flush_mode is FlushMode.SYNC:
+            await self.flusher.wait_flushed(end, takebacks=takebacks)
+        return results
+
+    def _append(
+        self, items: Sequence[_Item], prepare: Callable[[_Item], _Prepared]
+    ) -> tuple[list[AppendResult], int, int]:
         """Write and (in ASYNC mode) dispatch; returns the results, the batch end and the
         flusher's take-back count seen under the lock."""
         if self._closed:
             raise StoreClosed("store is closed")
         if self._fsync_failure:
             raise StoreError(self._fsync_failure)
-        if not messages:
+        if not items:
             raise InvalidArgument("append needs at least one message")
         now_ms = self.clock()
-        prepared = [self._prepare(m) for m in messages]
+        prepared = [prepare(item) for item in items]
         with self._lock:
-            fields, tags = [], []
+            records: list[Placeable] = []
+            offsets: list[int] = []
             assigned: dict[QueueKey, int] = {}
-            for message, (topic_b, host_b, props_b, tag) in zip(messages, prepared, strict=True):
-                key = (message.topic, message.queue_id)
-                self._check_queue_locked(message.topic, message.queue_id)
+            for item in prepared:
+                key = (item.topic, item.queue_id)
+                self._check_queue_locked(item.topic, item.queue_id)
                 offset = assigned.get(key, self._next_queue_offset.get(key, 0))
                 assigned[key] = offset + 1
-                fields.append(
-                    RecordFields(
-                        topic=topic_b,
-                        queue_id=message.queue_id,
-                        queue_offset=offset,
-                        flags=message.flags,
-                        born_timestamp_ms=message.born_timestamp_ms or now_ms,
-                        store_timestamp_ms=now_ms,
-                        reconsume_times=message.reconsume_times,
-                        born_host=host_b,
-                        properties=props_b,
-                        body=message.body,
-                    )
-                )
-                tags.append(tag)
+                offsets.append(offset)
+                records.append(item.at(offset, now_ms))
             try:
-                placed = self.commitlog.place(fields)
+                placed = self.commitlog.place(records)
             except StoreFull as exc:
                 self._last_error = str(exc)
                 raise
             self._last_error = ""
             self._next_queue_offset.update(assigned)
             results = []
-            for message, record, where, tag in zip(messages, fields, placed, tags, strict=True):
+            for item, offset, where in zip(prepared, offsets, placed, strict=True):
                 results.append(
                     AppendResult(
-                        topic=message.topic,
-                        queue_id=message.queue_id,
-                        queue_offset=record.queue_offset,
+                        topic=item.topic,
+                        queue_id=item.queue_id,
+                        queue_offset=offset,
                         physical_offset=where.physical_offset,
                         size=where.size,
                         store_timestamp_ms=now_ms,
@@ -484,12 +518,12 @@ class LocalStore:
                 )
                 self._pending.append(
                     _Dispatch(
-                        message.topic,
-                        message.queue_id,
-                        record.queue_offset,
+                        item.topic,
+                        item.queue_id,
+                        offset,
                         where.physical_offset,
                         where.size,
-                        filters.tag_hash(tag),
+                        filters.tag_hash(item.tag),
                         placed[0].physical_offset,
                     )
                 )
@@ -500,30 +534,26 @@ class LocalStore:
         self.flusher.poke()
         return results, end, takebacks
 
-    def _prepare(self, message: MessageToAppend) -> tuple[bytes, bytes, bytes, str]:
-        names.validate_topic_for_append(message.topic)
-        if not message.body:
-            raise EmptyBody(f"message for topic {message.topic!r} has an empty body")
-        if len(message.body) > self.settings.max_body_bytes:
-            raise MessageTooLarge(
-                f"body of {len(message.body)} bytes exceeds the limit of "
-                f"{self.settings.max_body_bytes} bytes"
-            )
-        try:
-            props = fmt.encode_properties(message.properties)
-        except fmt.FormatError as exc:
-            raise InvalidArgument(str(exc)) from exc
-        if len(props) > self.settings.max_properties_bytes:
-            raise MessageTooLarge(
-                f"properties of {len(props)} bytes exceed {self.settings.max_properties_bytes}"
-            )
-        host = message.born_host.encode("utf-8")
-        if len(host) > 255:
-            raise InvalidArgument("born_host longer than 255 bytes")
-        if message.reconsume_times < 0 or message.queue_id < 0:
-            raise InvalidArgument("queue id and reconsume times must be >= 0")
-        tag = message.properties.get(PROPERTY_TAGS, "")
-        return message.topic.encode("utf-8"), host, props, tag
+    def _prepare(self, message: MessageToAppend) -> _Prepared:
+        topic, host, props = appending.checked_parts(message)
+        appending.check_sizes(
+            self.settings, body_size=len(message.body), properties_size=len(props)
+        )
+        return _Prepared(
+            message.topic,
+            message.queue_id,
+            message.properties.get(PROPERTY_TAGS, ""),
+            (topic, host, props, message),
+        )
+
+    def _prepare_record(self, raw: bytes) -> _Prepared:
+        unplaced = appending.checked_unplaced(raw, self.settings)
+        return _Prepared(
+            unplaced.topic,
+            unplaced.queue_id,
+            unplaced.properties.get(PROPERTY_TAGS, ""),
+            raw,
+        )
 
     def _check_queue_locked(self, topic: str, queue_id: int) -> None:
         config = self.metadata.topics.get(topic)

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import grpc
 from google.protobuf.message import Message
 
-from popbroker.store import api, errors
+from popbroker.store import api, appending, errors
+from popbroker.store import format as fmt
 from popbroker.store.direct import DirectReads
 from popbroker.store.wire import convert, errormap
 from popbroker.store.wire import store_pb2 as pb
@@ -209,9 +210,22 @@ class RemoteStore:
         return convert.info_from_pb(await self._call("Info", pb.StoreInfo, pb.InfoRequest()))
 
     async def append(self, messages: Sequence[api.MessageToAppend]) -> list[api.AppendResult]:
-        request = pb.AppendRequest(messages=[convert.message_to_append_to_pb(m) for m in messages])
-        response = await self._call("Append", pb.AppendResponse, request)
-        return [convert.append_result_from_pb(r) for r in response.results]
+        """Encoded here as unplaced records (``appending``): the store only places them."""
+        records = [appending.encode_unplaced(m) for m in messages]
+        return await self._append_records(records, [m.topic for m in messages])
+
+    async def append_records(self, records: Sequence[bytes]) -> list[api.AppendResult]:
+        try:
+            topics = [fmt.unplaced_topic(r) for r in records]
+        except fmt.FormatError as exc:
+            raise errors.InvalidArgument(f"not an unplaced record: {exc}") from None
+        return await self._append_records(records, topics)
+
+    async def _append_records(
+        self, records: Sequence[bytes], topics: Sequence[str]
+    ) -> list[api.AppendResult]:
+        response = await self._call("Append", pb.AppendResponse, pb.AppendRequest(records=records))
+        return convert.unpack_append_results(response.packed_results, topics)
 
     async def read(
         self,

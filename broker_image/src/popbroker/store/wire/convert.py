@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Iterator, Mapping
+import struct
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
 
 from popbroker.store import api, errors
@@ -35,10 +36,11 @@ _E = TypeVar("_E", bound=enum.Enum)
 
 @contextlib.contextmanager
 def refusing_bad_values(what: str) -> Iterator[None]:
-    """Turn protobuf's range and type errors while building ``what`` into ``InvalidArgument``."""
+    """Turn protobuf's (and ``struct``'s) range and type errors while building ``what`` into
+    ``InvalidArgument``."""
     try:
         yield
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, struct.error) as exc:
         raise errors.InvalidArgument(f"{what}: {exc}") from exc
 
 
@@ -118,54 +120,31 @@ def info_from_pb(msg: pb.StoreInfo) -> api.StoreInfo:
 # ---------------------------------------------------------------- messages
 
 
-def message_to_append_to_pb(message: api.MessageToAppend) -> pb.MessageToAppend:
-    with refusing_bad_values("MessageToAppend"):
-        return pb.MessageToAppend(
-            topic=message.topic,
-            queue_id=message.queue_id,
-            body=message.body,
-            properties=message.properties,
-            born_timestamp_ms=message.born_timestamp_ms,
-            born_host=message.born_host,
-            reconsume_times=message.reconsume_times,
-            flags=message.flags,
-        )
+_PACKED_RESULT = struct.Struct(">iqqIq")  # queue id, queue offset, physical, size, store time
 
 
-def message_to_append_from_pb(msg: pb.MessageToAppend) -> api.MessageToAppend:
-    return api.MessageToAppend(
-        topic=msg.topic,
-        queue_id=msg.queue_id,
-        body=msg.body,
-        properties=dict(msg.properties),
-        born_timestamp_ms=msg.born_timestamp_ms,
-        born_host=msg.born_host,
-        reconsume_times=msg.reconsume_times,
-        flags=msg.flags,
-    )
-
-
-def append_result_to_pb(result: api.AppendResult) -> pb.AppendResult:
+def pack_append_results(results: Sequence[api.AppendResult]) -> bytes:
+    """``AppendResponse.packed_results`` (see the proto); topics are left out."""
+    pack = _PACKED_RESULT.pack
     with refusing_bad_values("AppendResult"):
-        return pb.AppendResult(
-            topic=result.topic,
-            queue_id=result.queue_id,
-            queue_offset=result.queue_offset,
-            physical_offset=result.physical_offset,
-            size=result.size,
-            store_timestamp_ms=result.store_timestamp_ms,
+        return b"".join(
+            pack(r.queue_id, r.queue_offset, r.physical_offset, r.size, r.store_timestamp_ms)
+            for r in results
         )
 
 
-def append_result_from_pb(msg: pb.AppendResult) -> api.AppendResult:
-    return api.AppendResult(
-        topic=msg.topic,
-        queue_id=msg.queue_id,
-        queue_offset=msg.queue_offset,
-        physical_offset=msg.physical_offset,
-        size=msg.size,
-        store_timestamp_ms=msg.store_timestamp_ms,
-    )
+def unpack_append_results(packed: bytes, topics: Sequence[str]) -> list[api.AppendResult]:
+    """The results of ``pack_append_results``, one per topic in ``topics`` (request order)."""
+    if len(packed) != _PACKED_RESULT.size * len(topics):
+        raise errors.StoreError(
+            f"append answered {len(packed)} bytes of results for {len(topics)} records"
+        )
+    return [
+        api.AppendResult(topic, queue_id, queue_offset, physical, size, stored)
+        for topic, (queue_id, queue_offset, physical, size, stored) in zip(
+            topics, _PACKED_RESULT.iter_unpack(packed), strict=True
+        )
+    ]
 
 
 def stored_message_to_pb(message: api.StoredMessage) -> pb.StoredMessage:

@@ -122,9 +122,8 @@ class StoreServicer(pb_grpc.StoreServicer):
     async def Append(
         self, request: pb.AppendRequest, context: grpc.aio.ServicerContext
     ) -> pb.AppendResponse:
-        messages = [convert.message_to_append_from_pb(m) for m in request.messages]
-        results = await self._store.append(messages)
-        return pb.AppendResponse(results=[convert.append_result_to_pb(r) for r in results])
+        results = await self._store.append_records(request.records)
+        return pb.AppendResponse(packed_results=convert.pack_append_results(results))
 
     @_answering
     async def Read(

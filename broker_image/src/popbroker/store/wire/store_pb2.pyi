@@ -184,101 +184,6 @@ class StoreInfo(_message.Message):
 Global___StoreInfo: _TypeAlias = StoreInfo  # noqa: Y015
 
 @_typing.final
-class MessageToAppend(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    @_typing.final
-    class PropertiesEntry(_message.Message):
-        DESCRIPTOR: _descriptor.Descriptor
-
-        KEY_FIELD_NUMBER: _builtins.int
-        VALUE_FIELD_NUMBER: _builtins.int
-        key: _builtins.str
-        value: _builtins.str
-        def __init__(
-            self,
-            *,
-            key: _builtins.str = ...,
-            value: _builtins.str = ...,
-        ) -> None: ...
-        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
-        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-        def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-    TOPIC_FIELD_NUMBER: _builtins.int
-    QUEUE_ID_FIELD_NUMBER: _builtins.int
-    BODY_FIELD_NUMBER: _builtins.int
-    PROPERTIES_FIELD_NUMBER: _builtins.int
-    BORN_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
-    BORN_HOST_FIELD_NUMBER: _builtins.int
-    RECONSUME_TIMES_FIELD_NUMBER: _builtins.int
-    FLAGS_FIELD_NUMBER: _builtins.int
-    topic: _builtins.str
-    queue_id: _builtins.int
-    body: _builtins.bytes
-    born_timestamp_ms: _builtins.int
-    born_host: _builtins.str
-    reconsume_times: _builtins.int
-    flags: _builtins.int
-    @_builtins.property
-    def properties(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
-    def __init__(
-        self,
-        *,
-        topic: _builtins.str = ...,
-        queue_id: _builtins.int = ...,
-        body: _builtins.bytes = ...,
-        properties: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
-        born_timestamp_ms: _builtins.int = ...,
-        born_host: _builtins.str = ...,
-        reconsume_times: _builtins.int = ...,
-        flags: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["body", b"body", "born_host", b"born_host", "born_timestamp_ms", b"born_timestamp_ms", "flags", b"flags", "properties", b"properties", "queue_id", b"queue_id", "reconsume_times", b"reconsume_times", "topic", b"topic"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___MessageToAppend: _TypeAlias = MessageToAppend  # noqa: Y015
-
-@_typing.final
-class AppendResult(_message.Message):
-    DESCRIPTOR: _descriptor.Descriptor
-
-    TOPIC_FIELD_NUMBER: _builtins.int
-    QUEUE_ID_FIELD_NUMBER: _builtins.int
-    QUEUE_OFFSET_FIELD_NUMBER: _builtins.int
-    PHYSICAL_OFFSET_FIELD_NUMBER: _builtins.int
-    SIZE_FIELD_NUMBER: _builtins.int
-    STORE_TIMESTAMP_MS_FIELD_NUMBER: _builtins.int
-    topic: _builtins.str
-    queue_id: _builtins.int
-    queue_offset: _builtins.int
-    physical_offset: _builtins.int
-    size: _builtins.int
-    store_timestamp_ms: _builtins.int
-    def __init__(
-        self,
-        *,
-        topic: _builtins.str = ...,
-        queue_id: _builtins.int = ...,
-        queue_offset: _builtins.int = ...,
-        physical_offset: _builtins.int = ...,
-        size: _builtins.int = ...,
-        store_timestamp_ms: _builtins.int = ...,
-    ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
-    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["physical_offset", b"physical_offset", "queue_id", b"queue_id", "queue_offset", b"queue_offset", "size", b"size", "store_timestamp_ms", b"store_timestamp_ms", "topic", b"topic"]  # noqa: Y015
-    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
-
-Global___AppendResult: _TypeAlias = AppendResult  # noqa: Y015
-
-@_typing.final
 class StoredMessage(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -610,19 +515,24 @@ Global___InfoRequest: _TypeAlias = InfoRequest  # noqa: Y015
 
 @_typing.final
 class AppendRequest(_message.Message):
+    """One batch, all or none, of records the caller encoded as unplaced commit-log
+    records (popbroker.store.appending.encode_unplaced): the store checks them as
+    messages, then fills in position, queue offset, store time and CRC.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
-    MESSAGES_FIELD_NUMBER: _builtins.int
+    RECORDS_FIELD_NUMBER: _builtins.int
     @_builtins.property
-    def messages(self) -> _containers.RepeatedCompositeFieldContainer[Global___MessageToAppend]: ...
+    def records(self) -> _containers.RepeatedScalarFieldContainer[_builtins.bytes]: ...
     def __init__(
         self,
         *,
-        messages: _abc.Iterable[Global___MessageToAppend] | None = ...,
+        records: _abc.Iterable[_builtins.bytes] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["messages", b"messages"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["records", b"records"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -630,19 +540,23 @@ Global___AppendRequest: _TypeAlias = AppendRequest  # noqa: Y015
 
 @_typing.final
 class AppendResponse(_message.Message):
+    """32 bytes per record, in request order, big-endian: i32 queue_id, i64
+    queue_offset, i64 physical_offset, u32 size, i64 store_timestamp_ms (the topic
+    is the record's own).
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
-    RESULTS_FIELD_NUMBER: _builtins.int
-    @_builtins.property
-    def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___AppendResult]: ...
+    PACKED_RESULTS_FIELD_NUMBER: _builtins.int
+    packed_results: _builtins.bytes
     def __init__(
         self,
         *,
-        results: _abc.Iterable[Global___AppendResult] | None = ...,
+        packed_results: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["packed_results", b"packed_results"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
