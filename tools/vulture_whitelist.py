@@ -64,6 +64,7 @@ _.level
 _.server_timeout
 _.client_timeout
 _.error_delays
+_.cancellation_polling
 
 # -- dataclass fields serialised as a whole (dataclasses.asdict into the audit's JSON
 #    report and the ConsumerGroup status); no Python code reads them one by one.

@@ -9,12 +9,12 @@ the operator neither restarted nor wrote a traceback or an error outside the exp
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
-from popfleet_testbed import cluster, waiting
+from popfleet_testbed import cluster, errors, waiting
 from popfleet_testbed.fixtures import testbed, testbed_namespace
 from tests.integration.operator import story
 
@@ -46,6 +46,28 @@ def popfleet_release(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
 
 def operator_pod(testbed: cluster.Cluster) -> dict[str, Any]:
     return story.operator_pod(testbed, RELEASE_NAMESPACE)
+
+
+OPERATOR_LOG_LINES = 80
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report ends with the operator's last log lines: a CI run's testbed is
+    gone when someone reads its output, and the log is what tells a late finalizer or a
+    stuck round."""
+    report: pytest.TestReport = yield
+    testbed_ = getattr(item, "funcargs", {}).get("popfleet_release")
+    if report.when == "call" and report.failed and isinstance(testbed_, cluster.Cluster):
+        try:
+            lines = testbed_.log(operator_pod(testbed_)).splitlines()[-OPERATOR_LOG_LINES:]
+            shown = "\n".join(lines)
+        except (errors.TestbedError, OSError, ValueError) as exc:  # evidence only
+            shown = f"(operator log unavailable: {exc})"
+        report.sections.append((f"operator log, last {OPERATOR_LOG_LINES} lines", shown))
+    return report
 
 
 @pytest.fixture

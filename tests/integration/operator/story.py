@@ -155,8 +155,9 @@ def wait_condition(
 
 
 def snapshot(tb: cluster.Cluster, namespace: str, plural: str, name: str) -> str:
-    """What a timed-out wait saw: the object's conditions and every pod's phase, conditions
-    and node in the namespace (an unscheduled pod names its reason here), and the node."""
+    """What a timed-out wait saw: the object's conditions, every pod's phase, conditions and
+    node in the namespace (an unscheduled pod names its reason here), every claim's phase and
+    volume, and the node."""
     obj = get(tb, namespace, plural, name) or {}
     lines = [f"{plural}/{name} conditions: {(obj.get('status') or {}).get('conditions')}"]
     for pod in tb.admin.items(f"/api/v1/namespaces/{namespace}/pods"):
@@ -168,6 +169,13 @@ def snapshot(tb: cluster.Cluster, namespace: str, plural: str, name: str) -> str
         lines.append(
             f"pod {pod['metadata']['name']}: {st.get('phase')} ip={st.get('podIP')} "
             f"node={pod['spec'].get('nodeName')} {conds}"
+        )
+    for claim in tb.admin.items(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims"):
+        annotations = claim["metadata"].get("annotations") or {}
+        lines.append(
+            f"claim {claim['metadata']['name']}: {(claim.get('status') or {}).get('phase')} "
+            f"volume={claim['spec'].get('volumeName')} "
+            f"selected-node={annotations.get('volume.kubernetes.io/selected-node')}"
         )
     for node in tb.admin.items("/api/v1/nodes"):
         ready = [c for c in node["status"].get("conditions") or [] if c.get("type") == "Ready"]

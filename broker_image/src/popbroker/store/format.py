@@ -48,6 +48,7 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -220,33 +221,19 @@ def parse_unplaced(raw: bytes) -> Unplaced:
     UTF-8 text, well-formed properties) and read what the store needs; ``FormatError``
     says what is wrong. Position, store time and CRC are not checked: they are the
     store's to write."""
-    if len(raw) < MIN_RECORD_SIZE:
-        raise FormatError(f"record truncated: {len(raw)} bytes")
-    total, magic, _crc = _PREFIX.unpack_from(raw)
-    if magic != MAGIC_MESSAGE_V1:
-        raise FormatError(f"unknown magic 0x{magic:02x}")
-    if total != len(raw):
-        raise FormatError(f"record length {total} but {len(raw)} bytes available")
+    _check_head(raw)
     (queue_id,) = _I32.unpack_from(raw, _AT_PHYSICAL + 8)
     (reconsume,) = _U32.unpack_from(raw, FIXED_END - 4)
-    pos = FIXED_END
-    try:
-        topic_len = raw[pos]
-        topic = raw[pos + 1 : pos + 1 + topic_len].decode("utf-8")
-        pos += 1 + topic_len
-        host_len = raw[pos]
-        raw[pos + 1 : pos + 1 + host_len].decode("utf-8")
-        pos += 1 + host_len
-        (props_len,) = _U32.unpack_from(raw, pos)
-        properties = decode_properties(raw[pos + 4 : pos + 4 + props_len])
-        pos += 4 + props_len
-        (body_len,) = _U32.unpack_from(raw, pos)
-        pos += 4 + body_len
-    except (IndexError, struct.error, UnicodeDecodeError) as exc:
-        raise FormatError(f"malformed record fields: {exc}") from exc
-    if pos != total or len(topic.encode()) != topic_len:
-        raise FormatError(f"record fields end at {pos}, length says {total}")
-    return Unplaced(raw, topic, queue_id, reconsume, properties, props_len, body_len)
+    fields = _walk(raw)
+    return Unplaced(
+        raw,
+        fields.topic,
+        queue_id,
+        reconsume,
+        fields.properties,
+        fields.properties_size,
+        len(fields.body),
+    )
 
 
 def unplaced_topic(raw: bytes) -> str:
@@ -329,13 +316,7 @@ def decode_fields(raw: bytes, *, expected_physical_offset: int) -> RecordFields:
 
     For bulk readers that want a few fields of many records without an object each.
     """
-    if len(raw) < MIN_RECORD_SIZE:
-        raise FormatError(f"record truncated: {len(raw)} bytes")
-    total, magic, crc = _PREFIX.unpack_from(raw)
-    if magic != MAGIC_MESSAGE_V1:
-        raise FormatError(f"unknown magic 0x{magic:02x}")
-    if total != len(raw):
-        raise FormatError(f"record length {total} but {len(raw)} bytes available")
+    total, crc = _check_head(raw)
     if zlib.crc32(memoryview(raw)[PREFIX_SIZE:]) != crc:
         raise FormatError("CRC mismatch")
     (physical, queue_id, queue_offset, flags, born, stored, reconsume) = _FIXED.unpack_from(
@@ -345,6 +326,46 @@ def decode_fields(raw: bytes, *, expected_physical_offset: int) -> RecordFields:
         raise FormatError(
             f"record says physical offset {physical}, read at {expected_physical_offset}"
         )
+    topic, born_host, properties, _, body = _walk(raw)
+    return (
+        physical,
+        total,
+        queue_id,
+        queue_offset,
+        flags,
+        born,
+        stored,
+        reconsume,
+        topic,
+        born_host,
+        properties,
+        bytes(body),
+    )
+
+
+def _check_head(raw: bytes) -> tuple[int, int]:
+    """Length and magic of a record's prefix checked against ``raw``; (total, crc)."""
+    if len(raw) < MIN_RECORD_SIZE:
+        raise FormatError(f"record truncated: {len(raw)} bytes")
+    total, magic, crc = _PREFIX.unpack_from(raw)
+    if magic != MAGIC_MESSAGE_V1:
+        raise FormatError(f"unknown magic 0x{magic:02x}")
+    if total != len(raw):
+        raise FormatError(f"record length {total} but {len(raw)} bytes available")
+    return total, crc
+
+
+class _Fields(NamedTuple):
+    topic: str
+    born_host: str
+    properties: dict[str, str]
+    properties_size: int
+    body: bytes
+
+
+def _walk(raw: bytes) -> _Fields:
+    """The variable fields after the fixed head, each checked to lie inside the record and
+    to end exactly where the record does (texts UTF-8, properties well formed)."""
     pos = FIXED_END
     try:
         topic_len = raw[pos]
@@ -361,22 +382,9 @@ def decode_fields(raw: bytes, *, expected_physical_offset: int) -> RecordFields:
         pos += 4 + body_len
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise FormatError(f"malformed record fields: {exc}") from exc
-    if pos != total:
-        raise FormatError(f"record fields end at {pos}, length says {total}")
-    return (
-        physical,
-        total,
-        queue_id,
-        queue_offset,
-        flags,
-        born,
-        stored,
-        reconsume,
-        topic,
-        born_host,
-        properties,
-        bytes(body),
-    )
+    if pos != len(raw):
+        raise FormatError(f"record fields end at {pos}, length says {len(raw)}")
+    return _Fields(topic, born_host, properties, props_len, body)
 
 
 # The fixed head of a record (through reconsume_times) as one numpy record.

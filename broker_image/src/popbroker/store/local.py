@@ -462,13 +462,16 @@ class LocalStore:
             )
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
-        results, end, takebacks = self._append(messages, self._prepare)
-        if self.settings.flush_mode is FlushMode.SYNC:
-            await self.flusher.wait_flushed(end, takebacks=takebacks)
-        return results
+        return await self._durable(*self._append(messages, self._prepare))
 
     async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
-        results, end, takebacks = self._append(records, self._prepare_record)
+        return await self._durable(*self._append(records, self._prepare_record))
+
+    async def _durable(
+        self, results: list[AppendResult], end: int, takebacks: int
+    ) -> list[AppendResult]:
+        """``results`` once the batch ending at ``end`` is as durable as the flush mode
+        promises: on disk in SYNC mode, at once in ASYNC mode."""
         if self.settings.flush_mode is FlushMode.SYNC:
             await self.flusher.wait_flushed(end, takebacks=takebacks)
         return results

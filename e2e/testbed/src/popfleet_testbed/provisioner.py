@@ -5,15 +5,24 @@ places the pod, and there is no storage backend. The provisioner (run inside the
 process, with its own admin identity because no node may create PVs):
 
 1. makes sure the StorageClass ``testbed-local`` exists and is the default (so the
-   DefaultStorageClass admission plugin gives it to claims that name none);
-2. for each Pending claim of that class without a volume, creates ``pvc-<claim uid>``: a
-   hostPath PV on ``<state>/volumes/pvc-<claim uid>/`` pre-bound to the claim (``claimRef``),
-   capacity and access modes copied from the claim; the PV controller then binds them;
+   DefaultStorageClass admission plugin gives it to claims that name none), with
+   ``volumeBindingMode: WaitForFirstConsumer``;
+2. for each Pending claim of that class without a volume that the scheduler has picked a
+   node for (``volume.kubernetes.io/selected-node``), creates ``pvc-<claim uid>``: a hostPath
+   PV on ``<state>/volumes/pvc-<claim uid>/`` pre-bound to the claim (``claimRef``), capacity
+   and access modes copied from the claim; the PV controller then binds them;
 3. deletes the directory and the PV when a PV it provisioned is ``Released`` (its claim was
    deleted; reclaim policy Delete).
 
 A claim's directory therefore lives exactly as long as the claim: a replaced StatefulSet pod
 finds its data again.
+
+Why WaitForFirstConsumer (as kind's local-path class): with ``Immediate`` binding the
+scheduler first finds a new StatefulSet pod's claim unbound, parks the pod as unschedulable
+and relies on the claim's update event to try again; now and then that retry waited for the
+scheduler's 5-minute flush of unschedulable pods (a CI flake: ``rolling-2`` Pending with
+"unbound immediate PersistentVolumeClaims" for 3 minutes). With delayed binding the scheduler
+picks the node, names it on the claim and waits in its binding step until the claim is bound.
 """
 
 from __future__ import annotations
@@ -28,6 +37,8 @@ Obj = dict[str, Any]
 
 STORAGE_CLASS = "testbed-local"
 PROVISIONER = "popfleet.io/testbed-local"
+BINDING_MODE = "WaitForFirstConsumer"
+SELECTED_NODE = "volume.kubernetes.io/selected-node"
 
 
 class Provisioner:
@@ -48,13 +59,19 @@ class Provisioner:
             },
             "provisioner": PROVISIONER,
             "reclaimPolicy": "Delete",
-            "volumeBindingMode": "Immediate",
+            "volumeBindingMode": BINDING_MODE,
         }
+        path = "/apis/storage.k8s.io/v1/storageclasses"
         try:
-            self._kube.create("/apis/storage.k8s.io/v1/storageclasses", body)
+            self._kube.create(path, body)
         except errors.KubeError as exc:
             if exc.status != 409:
                 raise
+            # A testbed kept from an older version: the binding mode is immutable.
+            found = self._kube.get(f"{path}/{STORAGE_CLASS}")
+            if found.get("volumeBindingMode") != BINDING_MODE:
+                self._kube.delete(f"{path}/{STORAGE_CLASS}")
+                return  # created again on a later step, once the old one is gone
         self._class_ready = True
 
     def step(self) -> None:
@@ -65,6 +82,7 @@ class Provisioner:
                 spec.get("storageClassName") == STORAGE_CLASS
                 and not spec.get("volumeName")
                 and pvc.get("status", {}).get("phase", "Pending") == "Pending"
+                and (pvc["metadata"].get("annotations") or {}).get(SELECTED_NODE)
                 and not pvc["metadata"].get("deletionTimestamp")
             ):
                 self._provision(pvc)
