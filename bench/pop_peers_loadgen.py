@@ -20,7 +20,9 @@ the same phases, 1 KiB messages and batches of 32:
 Systems: ``popfleet`` (``popbroker all``), ``popfleet-roles`` (the deployment
 shape: store, popack and revive processes on a Unix socket), the same two behind
 the compiled front end ``popfront`` (``popfleet-front``, ``popfleet-roles-front``:
-the broker's v2 endpoint on a Unix socket, :mod:`popbroker.grpc.front`), ``rocketmq``
+the broker's v2 endpoint on a Unix socket, :mod:`popbroker.grpc.front`, the hot calls
+framed, :mod:`popbroker.grpc.frontframes`; ``popfleet-front-grpc`` and
+``popfleet-roles-front-grpc``: the same with every call on gRPC), ``rocketmq``
 (5.3.3, name server + proxy in local mode, :mod:`bench.peers.rocketmq`), ``nats``
 and ``redis`` (:mod:`bench.peers.servers`). Each run starts each system afresh
 on a temp dir, in an order that rotates between runs, and stops it by PID.
@@ -53,11 +55,13 @@ from bench import common
 from bench.peers import cpu, loadgen, procs, rocketmq, servers, summary
 from tools import gobuild
 
-SYSTEMS = (
+POPFLEET = (
     "popfleet", "popfleet-roles", "popfleet-front", "popfleet-roles-front",
-    "rocketmq", "nats", "redis",
+    "popfleet-front-grpc", "popfleet-roles-front-grpc",
 )  # fmt: skip
-POPFLEET = ("popfleet", "popfleet-roles", "popfleet-front", "popfleet-roles-front")
+SYSTEMS = (*POPFLEET, "rocketmq", "nats", "redis")
+# make bench's set: the -grpc shapes are for comparing popfront's transports (--systems)
+DEFAULT_SYSTEMS = tuple(s for s in SYSTEMS if not s.endswith("-grpc"))
 PEERS = ("rocketmq", "nats", "redis")
 PROTOCOL = {**{system: "popfleet" for system in POPFLEET}, "rocketmq": "rocketmq"}
 TOPICS = ("warmup", "bench", "e2e", "lat", "redeliver", "rechange")
@@ -93,7 +97,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--await-s", type=float, default=5.0, help="receive wait when empty")
     parser.add_argument("--redis-poll-s", type=float, default=0.05)
     parser.add_argument("--cap-s", type=float, default=120.0, help="time cap of each phase")
-    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS))
     parser.add_argument("--name", default="pop_peers_loadgen", help="results file (no .json)")
     return parser.parse_args(argv)
 
@@ -114,9 +118,10 @@ def start(
 
 
 def _start_popfleet(system: str, work_dir: Path) -> procs.ServerSet:
-    """A popfleet shape; the ``-front`` ones with ``popfront`` on the client port."""
+    """A popfleet shape; the ``-front`` ones with ``popfront`` on the client port (its hot
+    calls framed, ``-front-grpc``: all on gRPC)."""
     topics = [servers.PopfleetTopic(t) for t in TOPICS]
-    front = system.endswith("-front")
+    front = "-front" in system
     client_port = procs.free_port() if front else None
     if system.startswith("popfleet-roles"):
         broker = servers.start_popfleet_roles(
@@ -130,7 +135,9 @@ def _start_popfleet(system: str, work_dir: Path) -> procs.ServerSet:
         return broker
     try:
         binary = gobuild.ensure_built(gobuild.FRONT)
-        popfront = servers.start_front(binary, work_dir, port=client_port)
+        popfront = servers.start_front(
+            binary, work_dir, port=client_port, frames=not system.endswith("-grpc")
+        )
     except BaseException:
         broker.stop()
         raise
@@ -268,6 +275,9 @@ def results(runs: dict[str, list[dict[str, Any]]]) -> tuple[dict[str, Any], dict
     # shape against `all` with the same front (must not be slower, issue 17)
     pairs += [(ours, "popfleet") for ours in POPFLEET[1:]]
     pairs += [("popfleet-roles-front", "popfleet-front")]
+    # popfront's framed calls against the same shape with every call on gRPC
+    pairs += [("popfleet-front", "popfleet-front-grpc")]
+    pairs += [("popfleet-roles-front", "popfleet-roles-front-grpc")]
     ratios = {
         f"{ours}/{theirs}": summary.ratios(medians[ours], medians[theirs], KEYS)
         for ours, theirs in pairs

@@ -78,7 +78,10 @@ def ensure_built(module: GoModule, *, cache: Path = CACHE) -> Path:
     if target.is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
+    # Per process: test workers may build the same sources at once (each replaces the
+    # target atomically with the same binary; a shared partial file would be moved away
+    # under the other's build).
+    partial = target.with_suffix(f".partial-{os.getpid()}")
     env = {**os.environ, "GOFLAGS": "-mod=readonly", "CGO_ENABLED": "0"}
     argv = [go_command(), "build", "-trimpath", "-ldflags=-s -w", "-o", str(partial), "."]
     try:
@@ -103,16 +106,24 @@ def ensure_built(module: GoModule, *, cache: Path = CACHE) -> Path:
 
 
 def front_argv(
-    binary: Path, *, listen: str, socket_path: Path, port_file: Path, tls: tuple[str, ...] = ()
+    binary: Path,
+    *,
+    listen: str,
+    socket_path: Path,
+    port_file: Path,
+    tls: tuple[str, ...] = (),
+    frames: bool = True,
 ) -> list[str]:
     """popfront on ``listen`` (host:port), forwarding to popack on ``socket_path``,
-    writing its bound port to ``port_file``; ``tls`` is ``-tls-cert F -tls-key F`` or empty."""
+    writing its bound port to ``port_file``; ``tls`` is ``-tls-cert F -tls-key F`` or empty;
+    ``frames`` False keeps every call on gRPC (``-frames off``, for comparisons)."""
     return [
         str(binary),
         "-listen", listen,
         "-upstream", f"unix://{socket_path}",
         "-port-file", str(port_file),
         *tls,
+        *(() if frames else ("-frames", "off")),
     ]  # fmt: skip
 
 

@@ -314,15 +314,18 @@ def _endpoint_flags(work_dir: Path, port: int, front_port: int | None) -> list[s
     return ["--listen", f"unix:{socket_path}", "--advertise", f"{procs.HOST}:{front_port}"]
 
 
-def start_front(binary: Path, work_dir: Path, *, port: int) -> procs.ServerProcess:
+def start_front(
+    binary: Path, work_dir: Path, *, port: int, frames: bool = True
+) -> procs.ServerProcess:
     """The ``popfront`` front end on ``port``, forwarding to the endpoint's Unix socket
-    in ``work_dir`` (started with ``front_port=port``)."""
+    in ``work_dir`` (started with ``front_port=port``); ``frames`` False: no framed calls."""
     port_file = work_dir / "front-port"
     argv = gobuild.front_argv(
         binary,
         listen=f"{procs.HOST}:{port}",
         socket_path=work_dir / FRONT_SOCKET,
         port_file=port_file,
+        frames=frames,
     )
     return procs.start(
         "popfront",

@@ -13,6 +13,7 @@
 //
 //	popfront -listen HOST:PORT -upstream TARGET [-port-file PATH] [-metrics-listen HOST:PORT]
 //	         [-tls-cert PEM -tls-key PEM] [-max-recv-bytes N] [-procs N] [-drain DURATION]
+//	         [-frames auto|off]
 //
 // TARGET is a gRPC target: unix:///path/to/socket or HOST:PORT. Only the
 // client-facing side speaks TLS; the upstream is a Unix socket or loopback in
@@ -47,6 +48,7 @@ type options struct {
 	maxRecvBytes, procs        int
 	drain                      time.Duration
 	cpuProfile                 string
+	frames                     string
 }
 
 func parseFlags(args []string) (options, error) {
@@ -64,6 +66,7 @@ func parseFlags(args []string) (options, error) {
 	// (measured: 23% more CPU per message at the same load, docs/design/2026-11-27-compiled-front-end.md).
 	fs.IntVar(&o.procs, "procs", 1, "GOMAXPROCS: OS threads running Go code at once")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile here until exit")
+	fs.StringVar(&o.frames, "frames", "auto", "auto: hot calls to a unix:// upstream go framed to its .frames socket once it is there (frames.go); off: all over gRPC")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -78,6 +81,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.procs <= 0 {
 		return o, fmt.Errorf("-procs %d: must be positive", o.procs)
+	}
+	if o.frames != "auto" && o.frames != "off" {
+		return o, fmt.Errorf("-frames %q: auto or off", o.frames)
 	}
 	return o, nil
 }
@@ -118,6 +124,12 @@ func run(o options) error {
 	}
 	defer upstream.Close()
 
+	var framed *frames
+	if path := framesPathOf(o.upstream); path != "" && o.frames == "auto" {
+		framed = newFrames(path)
+		defer framed.close()
+	}
+
 	var metrics *frontMetrics
 	if o.metricsListen != "" {
 		metrics = newFrontMetrics()
@@ -135,7 +147,7 @@ func run(o options) error {
 
 	serverOpts := []grpc.ServerOption{
 		grpc.ForceServerCodecV2(rawCodec{}),
-		grpc.UnknownServiceHandler(newProxy(upstream, metrics).handle),
+		grpc.UnknownServiceHandler(newProxy(upstream, framed, metrics).handle),
 		grpc.MaxRecvMsgSize(o.maxRecvBytes),
 		// The official clients ping idle connections more often than grpc-go's default
 		// policy (5 min) allows; refusing them would close their connections.

@@ -42,6 +42,7 @@ type frontMetrics struct {
 	seconds  *prometheus.HistogramVec
 	inFlight prometheus.Gauge
 	items    *prometheus.CounterVec
+	upstream *prometheus.CounterVec
 }
 
 func newFrontMetrics() *frontMetrics {
@@ -64,8 +65,12 @@ func newFrontMetrics() *frontMetrics {
 			Name: "popfleet_front_receive_responses_total",
 			Help: "ReceiveMessage responses popfront streamed: built here from a delivery, or sent as popack serialized them.",
 		}, []string{"source"}),
+		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "popfleet_front_upstream_calls_total",
+			Help: "Calls popfront made to popack, by transport: framed (popack's frames socket) or grpc.",
+		}, []string{"transport"}),
 	}
-	m.registry.MustRegister(m.calls, m.seconds, m.inFlight, m.items,
+	m.registry.MustRegister(m.calls, m.seconds, m.inFlight, m.items, m.upstream,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -97,6 +102,18 @@ func (m *frontMetrics) responses(built, forwarded int) {
 	}
 	m.items.WithLabelValues("built").Add(float64(built))
 	m.items.WithLabelValues("popack").Add(float64(forwarded))
+}
+
+// upstreamCall counts one call to popack by its transport.
+func (m *frontMetrics) upstreamCall(framed bool) {
+	if m == nil {
+		return
+	}
+	transport := "grpc"
+	if framed {
+		transport = "framed"
+	}
+	m.upstream.WithLabelValues(transport).Inc()
 }
 
 // serve answers /metrics on lis until it is closed.

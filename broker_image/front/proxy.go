@@ -48,11 +48,12 @@ func (rawCodec) Unmarshal(data mem.BufferSlice, v any) error {
 
 type proxy struct {
 	upstream *grpc.ClientConn
+	frames   *frames       // nil: every call over gRPC
 	metrics  *frontMetrics // nil: not counted
 }
 
-func newProxy(upstream *grpc.ClientConn, metrics *frontMetrics) *proxy {
-	return &proxy{upstream: upstream, metrics: metrics}
+func newProxy(upstream *grpc.ClientConn, framed *frames, metrics *frontMetrics) *proxy {
+	return &proxy{upstream: upstream, frames: framed, metrics: metrics}
 }
 
 var bothStreams = &grpc.StreamDesc{ServerStreams: true, ClientStreams: true}
@@ -70,9 +71,12 @@ func (p *proxy) handle(_ any, stream grpc.ServerStream) error {
 	}
 	started := time.Now()
 	var err error
-	if method == v2Receive {
+	switch {
+	case method == v2Receive:
 		err = p.receive(ctx, stream)
-	} else {
+	case framedMethods[method]:
+		err = p.unary(ctx, method, stream)
+	default:
 		err = p.forward(ctx, method, stream)
 	}
 	p.metrics.observe(method, started, err)
@@ -144,21 +148,52 @@ func (p *proxy) forward(ctx context.Context, method string, stream grpc.ServerSt
 	}
 }
 
-// receive answers a ReceiveMessage from one batched upstream call.
-func (p *proxy) receive(ctx context.Context, stream grpc.ServerStream) error {
-	var request frame
-	if err := stream.RecvMsg(&request); err != nil {
+// invoke makes one unary call to popack: framed when the method is and the frames
+// are connected, else over gRPC (whose header and trailer it returns too).
+func (p *proxy) invoke(ctx context.Context, method string, request frame) (frame, metadata.MD, metadata.MD, error) {
+	if p.frames != nil && framedMethods[method] {
+		if fc := p.frames.connection(); fc != nil {
+			p.metrics.upstreamCall(true)
+			reply, err := fc.call(ctx, method, request)
+			return reply, nil, nil, err
+		}
+	}
+	p.metrics.upstreamCall(false)
+	var reply frame
+	var header, trailer metadata.MD
+	err := p.upstream.Invoke(ctx, method, &request, &reply, grpc.Header(&header), grpc.Trailer(&trailer))
+	return reply, header, trailer, err
+}
+
+// unary answers a unary method from one upstream call (framedMethods).
+func (p *proxy) unary(ctx context.Context, method string, stream grpc.ServerStream) error {
+	reply, err := p.relay(ctx, method, stream)
+	if err != nil {
 		return err
 	}
-	var batch frame
-	var header, trailer metadata.MD
-	err := p.upstream.Invoke(ctx, frontReceive, &request, &batch, grpc.Header(&header), grpc.Trailer(&trailer))
+	return stream.SendMsg(&reply)
+}
+
+// relay reads the client's request, makes the upstream call as upstreamMethod and
+// passes its header and trailer on; the reply is the caller's to send.
+func (p *proxy) relay(ctx context.Context, upstreamMethod string, stream grpc.ServerStream) (frame, error) {
+	var request frame
+	if err := stream.RecvMsg(&request); err != nil {
+		return nil, err
+	}
+	reply, header, trailer, err := p.invoke(ctx, upstreamMethod, request)
 	if len(header) > 0 {
 		if serr := stream.SendHeader(header); serr != nil {
-			return serr
+			return nil, serr
 		}
 	}
 	stream.SetTrailer(trailer)
+	return reply, err
+}
+
+// receive answers a ReceiveMessage from one batched upstream call.
+func (p *proxy) receive(ctx context.Context, stream grpc.ServerStream) error {
+	batch, err := p.relay(ctx, frontReceive, stream)
 	if err != nil {
 		return err
 	}

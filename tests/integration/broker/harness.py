@@ -252,6 +252,9 @@ class BrokerProcess:
         _wait_for(port_file.exists, what="endpoint", timeout_s=START_TIMEOUT_S, procs=self.procs)
         if not self.front:
             self.port = int(port_file.read_text().strip())
+        else:  # popfront's hot calls go framed (popbroker.grpc.frontframes): the socket is there
+            frames = self.work_dir / "popack.sock.frames"
+            assert frames.is_socket(), f"popack serves no frames socket at {frames}"
         if admin:
             self.admin_port = int(admin_port_file.read_text().strip())
 

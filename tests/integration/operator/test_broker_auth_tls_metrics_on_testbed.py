@@ -78,17 +78,37 @@ def _signed() -> tuple[tuple[str, str], ...]:
 
 
 async def _routes(endpoint: str, ca: bytes) -> list[int]:
-    """QueryRoute codes: unsigned, then signed (a topic nobody declared)."""
+    """QueryRoute codes, unsigned then signed, and SendMessage codes, unsigned then signed
+    (a topic nobody declared). SendMessage is one of popfront's framed calls to popack
+    (popbroker.grpc.frontframes): the auth guard runs there too."""
     credentials = grpc.ssl_channel_credentials(root_certificates=ca)
     options = [("grpc.ssl_target_name_override", SERVER_NAME)]
     request = service.QueryRouteRequest(topic=definition.Resource(name="undeclared"))
+    send = service.SendMessageRequest(
+        messages=[
+            definition.Message(
+                topic=definition.Resource(name="undeclared"),
+                system_properties=definition.SystemProperties(message_id="m-1"),
+                body=b"x",
+            )
+        ]
+    )
     async with grpc.aio.secure_channel(endpoint, credentials, options=options) as channel:
         stub = MessagingServiceStub(channel)
         unsigned = await stub.QueryRoute(
             request, metadata=(("x-mq-client-id", "tb-1"),), timeout=10
         )
         signed = await stub.QueryRoute(request, metadata=_signed(), timeout=10)
-    return [unsigned.status.code, signed.status.code]
+        unsigned_send = await stub.SendMessage(
+            send, metadata=(("x-mq-client-id", "tb-1"),), timeout=10
+        )
+        signed_send = await stub.SendMessage(send, metadata=_signed(), timeout=10)
+    return [
+        unsigned.status.code,
+        signed.status.code,
+        unsigned_send.status.code,
+        signed_send.status.code,
+    ]
 
 
 async def _plaintext_refused(endpoint: str) -> bool:
@@ -115,7 +135,12 @@ def test_secured_broker_serves_tls_checks_signatures_and_counts(
     (pod,) = story.broker_pods(popfleet_release, ns, CLUSTER)
     ip = cluster.Cluster.pod_ip(pod)
     endpoint = f"{ip}:{clientprotocol.CLIENT_PORT}"
-    assert asyncio.run(_routes(endpoint, ca)) == [Code.UNAUTHORIZED, Code.TOPIC_NOT_FOUND]
+    assert asyncio.run(_routes(endpoint, ca)) == [
+        Code.UNAUTHORIZED,
+        Code.TOPIC_NOT_FOUND,
+        Code.UNAUTHORIZED,
+        Code.TOPIC_NOT_FOUND,
+    ]
 
     def counted() -> str | None:
         text = _scrape(ip, names.METRICS_PORTS["popack"])
@@ -127,4 +152,10 @@ def test_secured_broker_serves_tls_checks_signatures_and_counts(
     assert "popfleet_broker_revive_lag_messages" in _scrape(ip, names.METRICS_PORTS["revive"])
     front = _scrape(ip, names.METRICS_PORTS["front"])  # the refused routes passed through it
     assert 'popfleet_front_calls_total{code="OK",method="QueryRoute"}' in front, front[-2000:]
+    # The sends went to popack framed, and the chain there counted them by their codes.
+    upstream = [line for line in front.splitlines() if line.startswith("popfleet_front_upstream")]
+    assert 'popfleet_front_upstream_calls_total{transport="framed"} 2' in upstream, upstream
+    counted_sends = _scrape(ip, names.METRICS_PORTS["popack"])
+    for code in ("UNAUTHORIZED", "TOPIC_NOT_FOUND"):
+        assert f'popfleet_broker_requests_total{{code="{code}",rpc="SendMessage"}}' in counted_sends
     assert asyncio.run(_plaintext_refused(endpoint))

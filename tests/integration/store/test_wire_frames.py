@@ -180,6 +180,36 @@ async def test_a_client_sending_a_bad_frame_is_dropped_and_others_are_served(
         await channel.close()
 
 
+async def test_a_cancel_frame_cancels_that_call_only(gate_server: tuple[Gate, Path]) -> None:
+    """An empty method cancels the call of that id on that connection (popfront sends one
+    when its caller goes); the other call in flight is answered, the cancelled one never."""
+    gate, path = gate_server
+    reader, writer = await asyncio.open_unix_connection(str(path))
+
+    def request(call_id: int, method: bytes, body: bytes) -> bytes:
+        return (
+            struct.pack(">IIB", 5 + len(method) + len(body), call_id, len(method)) + method + body
+        )
+
+    writer.write(request(7, b"Echo", b"kept") + request(8, b"Echo", b"dropped"))
+    await writer.drain()
+    assert {await gate.arrived.get(), await gate.arrived.get()} == {b"kept", b"dropped"}
+    dropped = gate.gates[b"dropped"]
+    writer.write(struct.pack(">IIB", 5, 8, 0))  # cancel call 8
+    await writer.drain()
+    gate.gates[b"kept"].set()
+    size, call_id, code = struct.unpack(">IIB", await reader.readexactly(9))
+    assert (call_id, code, await reader.readexactly(size - 5)) == (7, 0, b"echo:kept")
+    dropped.set()  # too late: the handler was cancelled, so no answer comes for call 8
+    writer.write(request(9, b"Echo", b"after"))
+    await writer.drain()
+    assert await gate.arrived.get() == b"after"
+    gate.gates[b"after"].set()
+    size, call_id, code = struct.unpack(">IIB", await reader.readexactly(9))
+    assert (call_id, code, await reader.readexactly(size - 5)) == (9, 0, b"echo:after")
+    writer.close()
+
+
 async def test_remote_store_calls_are_framed_and_survive_a_store_restart(
     tmp_path: Path, socket_dir: Path
 ) -> None:

@@ -61,3 +61,18 @@ def test_popfront_argv_forwards_to_the_socket_with_tls_last(tmp_path: Path) -> N
 def test_the_two_modules_are_the_ones_in_the_tree() -> None:
     for module in gobuild.MODULES.values():
         assert (module.source / "go.mod").is_file(), module
+
+
+def test_popfront_argv_frames_on_by_default_and_off_on_request(tmp_path: Path) -> None:
+    def argv(*, frames: bool) -> list[str]:
+        return gobuild.front_argv(
+            Path("/bin/popfront"),
+            listen="127.0.0.1:0",
+            socket_path=tmp_path / "popack.sock",
+            port_file=tmp_path / "port",
+            frames=frames,
+        )
+
+    assert "-frames" not in argv(frames=True)  # popfront's default: auto
+    off = argv(frames=False)
+    assert off[off.index("-frames") + 1] == "off"

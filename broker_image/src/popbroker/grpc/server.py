@@ -14,10 +14,12 @@ and call counting. The roles that run it (``popack``, ``all``) are composed in
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 import grpc
 
+from popbroker.grpc import frontframes
 from popbroker.grpc.edge import EdgeOptions
 from popbroker.grpc.protocol import add_servicer_to_server
 from popbroker.grpc.servicer import MessagingServicer
@@ -26,11 +28,18 @@ from popbroker.services.popack import PopackServices
 from popbroker.services.routing import Endpoint
 from popbroker.services.settings import Clock, PopackSettings, wall_clock_ms
 from popbroker.store.api import StoreApi
+from popbroker.store.wire.frames import FrameServer
 
 log = logging.getLogger(__name__)
 
 MIB = 1024 * 1024
 HEALTH_SERVICE_NAME = "apache.rocketmq.v2.MessagingService"
+
+
+def unix_path(target: str) -> str:
+    """The file of a gRPC ``unix:PATH`` or ``unix:///PATH`` target."""
+    path = target[len("unix:") :]
+    return "/" + path.lstrip("/") if path.startswith("//") else path
 
 
 class PopackEndpoint:
@@ -44,8 +53,10 @@ class PopackEndpoint:
         port: int,
         advertised: Endpoint,
         health: Health,
+        framed: FrameServer | None = None,
     ) -> None:
         self.services = services
+        self.framed = framed
         self.server = server
         self.port = port
         self.advertised = advertised
@@ -69,13 +80,14 @@ class PopackEndpoint:
         """Bind ``listen``, start the services and the server."""
         base = settings or PopackSettings()
         edge = edge or EdgeOptions()
+        interceptors = edge.interceptors()  # one chain for gRPC and the frames alike
         server = grpc.aio.server(
             options=[
                 ("grpc.max_receive_message_length", base.max_body_bytes + 16 * MIB),
                 ("grpc.max_send_message_length", -1),
                 ("grpc.so_reuseport", 0),
             ],
-            interceptors=edge.interceptors(),
+            interceptors=interceptors,
         )
         if edge.tls is None:
             port = server.add_insecure_port(listen)
@@ -95,12 +107,23 @@ class PopackEndpoint:
         )
         if edge.metrics is not None:
             edge.metrics.attach(services)
-        add_servicer_to_server(MessagingServicer(services, advertised=advertised), server)
+        servicer = MessagingServicer(services, advertised=advertised)
+        add_servicer_to_server(servicer, server)
         health = Health(HEALTH_SERVICE_NAME)
         health.add_to(server)
         services.start()
         await server.start()
-        endpoint = cls(services, server=server, port=port, advertised=advertised, health=health)
+        framed = None
+        if listen.startswith("unix:"):  # popfront's hot calls, framed (grpc.frontframes)
+            framed = await frontframes.serve(servicer, interceptors, unix_path(listen))
+        endpoint = cls(
+            services,
+            server=server,
+            port=port,
+            advertised=advertised,
+            health=health,
+            framed=framed,
+        )
         await endpoint.set_serving(True)
         log.info(
             "popack serving the v2 MessagingService on %s (advertised %s, tls %s, auth %s)",
@@ -114,5 +137,8 @@ class PopackEndpoint:
     async def stop(self, *, grace_s: float = 2.0) -> None:
         """Stop serving (running calls get ``grace_s``), then drain the services."""
         await self.set_serving(False)
-        await self.server.stop(grace_s)
+        if self.framed is not None:
+            await asyncio.gather(self.server.stop(grace_s), self.framed.close(grace_s))
+        else:
+            await self.server.stop(grace_s)
         await self.services.stop()

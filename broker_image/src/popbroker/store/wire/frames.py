@@ -21,8 +21,11 @@ Frames, all integers big-endian, one socket carrying any number of calls at once
 ``size`` counts every byte after itself and is at most ``MAX_FRAME_BYTES``. An
 answer's ``code`` is 0 with the serialized response as payload, or a
 ``grpc.StatusCode`` number with ``u8 len(error name) | error name | UTF-8 message``.
-Answers come in any order; the call id pairs them with their requests. A peer
-that sends a malformed frame is disconnected (logged); the client fails the calls
+Answers come in any order; the call id pairs them with their requests. A request frame
+with an empty method cancels the call of its id on that connection, if it still runs (no
+answer follows); the store's client never sends one, popfront does when its caller goes
+(``popbroker.grpc.frontframes``). A peer that sends a malformed frame is disconnected
+(logged); the client fails the calls
 in flight on that connection with ``StoreClosed`` (as gRPC's UNAVAILABLE would:
 an ``append`` in flight may or may not have happened) and reconnects on the next call.
 """
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import logging
 import struct
@@ -55,6 +59,9 @@ _RETRY_CONNECT_S: Final = (0.05, 0.1, 0.2, 0.4, 0.8)  # then every 0.8 s until t
 Handler = Callable[[bytes], Awaitable[bytes]]
 """Serialized request in, serialized response out; raises ``StoreError`` to fail the call."""
 
+Failure = Callable[[str, Exception], tuple[int, bytes]]
+"""A handler's exception as an answer's (code, payload), given the method it was raised in."""
+
 
 class FrameError(Exception):
     """A frame that breaks the format; the connection is dropped."""
@@ -77,10 +84,20 @@ def _frame(call_id: int, tag: int, *parts: bytes) -> bytes:
     return b"".join((_HEAD.pack(size, call_id, tag), *parts))
 
 
-def _failure(exc: errors.StoreError) -> tuple[int, bytes]:
-    code, name = errormap.status_for(exc)
+def failure_payload(name: str, message: str) -> bytes:
+    """A failed answer's payload: ``u8 len(name) | name | UTF-8 message``."""
     raw_name = name.encode("ascii")
-    return code.value[0], _U8.pack(len(raw_name)) + raw_name + str(exc).encode("utf-8")
+    return _U8.pack(len(raw_name)) + raw_name + message.encode("utf-8")
+
+
+def store_failure(method: str, exc: Exception) -> tuple[int, bytes]:
+    """A store error by ``errormap``; anything else is logged and answered as an internal
+    ``StoreError``."""
+    if not isinstance(exc, errors.StoreError):
+        log.error("store frames: %s failed unexpectedly", method, exc_info=exc)
+        exc = errors.StoreError(f"internal error in {method}: {type(exc).__name__}: {exc}")
+    code, name = errormap.status_for(exc)
+    return code.value[0], failure_payload(name, str(exc))
 
 
 def _error_from_payload(code_number: int, payload: bytes) -> errors.StoreError:
@@ -97,11 +114,26 @@ def _error_from_payload(code_number: int, payload: bytes) -> errors.StoreError:
 # ------------------------------------------------------------------------- server
 
 
-class FrameServer:
-    """Serves ``handlers`` (by method name) on a Unix socket; see the module docstring."""
+def _forget(running: dict[int, asyncio.Task[None]], call_id: int, _: object) -> None:
+    running.pop(call_id, None)
 
-    def __init__(self, handlers: Mapping[str, Handler]) -> None:
+
+class FrameServer:
+    """Serves ``handlers`` (by method name) on a Unix socket; see the module docstring.
+
+    ``failure`` turns a handler's exception into the answer (the store's errors by default);
+    ``label`` names the server in its log lines."""
+
+    def __init__(
+        self,
+        handlers: Mapping[str, Handler],
+        *,
+        failure: Failure = store_failure,
+        label: str = "store frames",
+    ) -> None:
         self._handlers = dict(handlers)
+        self._failure = failure
+        self._label = label
         self._server: asyncio.AbstractServer | None = None
         self._path: Path | None = None
         self._connections: set[asyncio.Task[None]] = set()
@@ -137,9 +169,15 @@ class FrameServer:
         if me is not None:
             self._connections.add(me)
         calls = self._calls
+        running: dict[int, asyncio.Task[None]] = {}  # this connection's calls, by id
         try:
             while True:
                 call_id, method_len, rest = await _read_frame(reader)
+                if method_len == 0:  # cancel: the caller went
+                    cancelled = running.pop(call_id, None)
+                    if cancelled is not None:
+                        cancelled.cancel()
+                    continue
                 method = rest[:method_len].decode("ascii", "replace")
                 if len(method) != method_len:
                     raise FrameError("method name cut short")
@@ -147,11 +185,13 @@ class FrameServer:
                     self._answer(writer, call_id, (method, rest[method_len:]))
                 )
                 calls.add(call)
+                running[call_id] = call
                 call.add_done_callback(calls.discard)
+                call.add_done_callback(functools.partial(_forget, running, call_id))
         except asyncio.IncompleteReadError:
             pass  # the client closed its end
         except FrameError as exc:
-            log.warning("store frames: dropping a client that sent a bad frame: %s", exc)
+            log.warning("%s: dropping a client that sent a bad frame: %s", self._label, exc)
         except (ConnectionError, asyncio.CancelledError):
             pass
         finally:
@@ -166,16 +206,12 @@ class FrameServer:
         handler = self._handlers.get(method)
         try:
             if handler is None:
-                raise errors.StoreError(f"no framed method {method!r}")
-            frame = _frame(call_id, _OK, await handler(request))
-        except errors.StoreError as exc:
-            code, payload = _failure(exc)
-            frame = _frame(call_id, code, payload)
-        except Exception as exc:  # the edge: log and answer INTERNAL
-            log.exception("store frames: %s failed unexpectedly", method)
-            code, payload = _failure(
-                errors.StoreError(f"internal error in {method}: {type(exc).__name__}: {exc}")
-            )
+                code = grpc.StatusCode.UNIMPLEMENTED.value[0]
+                frame = _frame(call_id, code, failure_payload("", f"no framed method {method!r}"))
+            else:
+                frame = _frame(call_id, _OK, await handler(request))
+        except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+            code, payload = self._failure(method, exc)
             frame = _frame(call_id, code, payload)
         if writer.is_closing():
             return
