@@ -33,11 +33,16 @@ class Gate:
     def __init__(self) -> None:
         self.gates: dict[bytes, asyncio.Event] = {}
         self.arrived = asyncio.Queue[bytes]()
+        self.cancelled = asyncio.Queue[bytes]()
 
     async def echo(self, request: bytes) -> bytes:
         gate = self.gates.setdefault(request, asyncio.Event())
         self.arrived.put_nowait(request)
-        await gate.wait()
+        try:
+            await gate.wait()
+        except asyncio.CancelledError:
+            self.cancelled.put_nowait(request)
+            raise
         return b"echo:" + request
 
     async def refuse(self, request: bytes) -> bytes:
@@ -182,7 +187,8 @@ async def test_a_client_sending_a_bad_frame_is_dropped_and_others_are_served(
 
 async def test_a_cancel_frame_cancels_that_call_only(gate_server: tuple[Gate, Path]) -> None:
     """An empty method cancels the call of that id on that connection (popfront sends one
-    when its caller goes); the other call in flight is answered, the cancelled one never."""
+    when its caller goes); the other call in flight is answered, the cancelled one never;
+    a connection that ends cancels the calls it left running."""
     gate, path = gate_server
     reader, writer = await asyncio.open_unix_connection(str(path))
 
@@ -200,6 +206,7 @@ async def test_a_cancel_frame_cancels_that_call_only(gate_server: tuple[Gate, Pa
     gate.gates[b"kept"].set()
     size, call_id, code = struct.unpack(">IIB", await reader.readexactly(9))
     assert (call_id, code, await reader.readexactly(size - 5)) == (7, 0, b"echo:kept")
+    assert await asyncio.wait_for(gate.cancelled.get(), 5) == b"dropped"
     dropped.set()  # too late: the handler was cancelled, so no answer comes for call 8
     writer.write(request(9, b"Echo", b"after"))
     await writer.drain()
@@ -207,7 +214,12 @@ async def test_a_cancel_frame_cancels_that_call_only(gate_server: tuple[Gate, Pa
     gate.gates[b"after"].set()
     size, call_id, code = struct.unpack(">IIB", await reader.readexactly(9))
     assert (call_id, code, await reader.readexactly(size - 5)) == (9, 0, b"echo:after")
+    # A connection that ends cancels its calls still running (nobody is left to answer).
+    writer.write(request(10, b"Echo", b"orphan"))
+    await writer.drain()
+    assert await gate.arrived.get() == b"orphan"
     writer.close()
+    assert await asyncio.wait_for(gate.cancelled.get(), 5) == b"orphan"
 
 
 async def test_remote_store_calls_are_framed_and_survive_a_store_restart(

@@ -81,6 +81,9 @@ def _to_store_error(exc: grpc.aio.AioRpcError) -> errors.StoreError:
     )
 
 
+READY_RETRY_S = 0.05  # wait_ready's pause after a call lost with its connection
+
+
 class RemoteStore:
     """``StoreApi`` over a grpc.aio channel. Create with ``connect``; ``close`` when done."""
 
@@ -155,13 +158,26 @@ class RemoteStore:
         await self._channel.close()
 
     async def wait_ready(self, timeout_s: float) -> api.StoreInfo:
-        """``info()`` once the store answers, waiting at most ``timeout_s`` for it to come up."""
-        try:
-            response = await self._stub.Info(
-                pb.InfoRequest(), timeout=timeout_s, wait_for_ready=True
-            )
-        except grpc.aio.AioRpcError as exc:
-            raise _to_store_error(exc) from None
+        """``info()`` once the store answers, waiting at most ``timeout_s`` for it to come up.
+
+        ``wait_for_ready`` covers a store not listening yet; a call that went out on a
+        connection the store was just closing (a restart) fails UNAVAILABLE, and is tried
+        again until the deadline."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while True:
+            try:
+                response = await self._stub.Info(
+                    pb.InfoRequest(),
+                    timeout=max(deadline - loop.time(), 0.001),
+                    wait_for_ready=True,
+                )
+                break
+            except grpc.aio.AioRpcError as exc:
+                left = deadline - loop.time()
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or left <= 0:
+                    raise _to_store_error(exc) from None
+                await asyncio.sleep(min(READY_RETRY_S, left))
         if self._frames_allowed and response.frames_socket and self._frames is None:
             socket_dir = Path(self._target.removeprefix("unix:")).parent
             self._frames = FrameChannel(socket_dir / Path(response.frames_socket).name)

@@ -24,8 +24,9 @@ answer's ``code`` is 0 with the serialized response as payload, or a
 Answers come in any order; the call id pairs them with their requests. A request frame
 with an empty method cancels the call of its id on that connection, if it still runs (no
 answer follows); the store's client never sends one, popfront does when its caller goes
-(``popbroker.grpc.frontframes``). A peer that sends a malformed frame is disconnected
-(logged); the client fails the calls
+(``popbroker.grpc.frontframes``). The calls still running when their connection ends are
+cancelled, as gRPC cancels a call whose client went. A peer that sends a malformed frame
+is disconnected (logged); the client fails the calls
 in flight on that connection with ``StoreClosed`` (as gRPC's UNAVAILABLE would:
 an ``append`` in flight may or may not have happened) and reconnects on the next call.
 """
@@ -196,6 +197,8 @@ class FrameServer:
             pass
         finally:
             writer.close()
+            for orphan in running.values():  # nobody is left to answer, as gRPC cancels
+                orphan.cancel()
             if me is not None:
                 self._connections.discard(me)
 
