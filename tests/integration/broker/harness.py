@@ -27,6 +27,7 @@ from popbroker.store.api import GroupConfig, TopicConfig
 from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
 from popbroker.store.wire.client import RemoteStore
+from popbroker.store.wire.frames import frames_path
 from tools import gobuild
 
 SEGMENT_BYTES = 8 * 1024 * 1024
@@ -253,8 +254,8 @@ class BrokerProcess:
         if not self.front:
             self.port = int(port_file.read_text().strip())
         else:  # popfront's hot calls go framed (popbroker.grpc.frontframes): the socket is there
-            frames = self.work_dir / "popack.sock.frames"
-            assert frames.is_socket(), f"popack serves no frames socket at {frames}"
+            framed = frames_path(self.work_dir / "popack.sock")
+            assert framed.is_socket(), f"popack serves no frames socket at {framed}"
         if admin:
             self.admin_port = int(admin_port_file.read_text().strip())
 

@@ -232,10 +232,10 @@ async def test_remote_store_calls_are_framed_and_survive_a_store_restart(
     try:
         await client.wait_ready(5.0)
         assert client.framed
-        assert server.frames_path(path).exists()
+        assert frames.frames_path(path).exists()
         await client.put_topic(api.TopicConfig("orders", 2, 2))
         await wire.stop(0)
-        assert not server.frames_path(path).exists()
+        assert not frames.frames_path(path).exists()
         wire = await server.serve(local, socket_path=path)
         results = await client.append([api.MessageToAppend("orders", 1, b"after a restart")])
         assert (results[0].queue_id, results[0].queue_offset) == (1, 0)
@@ -257,7 +257,7 @@ async def test_no_frames_socket_or_a_client_refusal_keeps_grpc(
     unwilling = RemoteStore.connect(server.unix_target(path), timeout_s=5.0, frames_allowed=False)
     try:
         await client.wait_ready(5.0)
-        assert not client.framed and not server.frames_path(path).exists()
+        assert not client.framed and not frames.frames_path(path).exists()
         assert (await client.info()).writable
         await wire.stop(0)
         wire = await server.serve(local, socket_path=path)

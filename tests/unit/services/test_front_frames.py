@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,6 +18,7 @@ from hypothesis import strategies as st
 from popbroker.grpc import front, frontframes
 from popbroker.grpc.handlers import SERVICE_PREFIX
 from popbroker.grpc.protocol import service
+from popbroker.store.wire import frames
 
 SEND = SERVICE_PREFIX + "SendMessage"
 
@@ -186,6 +188,7 @@ async def test_every_framed_method_has_a_handler() -> None:
 
 
 def test_frames_path_and_its_length_limit() -> None:
-    assert str(frontframes.frames_path("/data/popack.sock")) == "/data/popack.sock.frames"
-    assert frontframes.fits(frontframes.frames_path("/data/popack.sock"))
-    assert not frontframes.fits(frontframes.frames_path("/" + "d" * 110))
+    beside = frames.frames_path(Path("/data/popack.sock"))
+    assert str(beside) == "/data/popack.sock.frames"
+    assert frames.fits(beside)
+    assert not frames.fits(frames.frames_path(Path("/" + "d" * 110)))

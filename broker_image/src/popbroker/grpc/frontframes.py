@@ -14,7 +14,7 @@ Everything else (routes, heartbeats, Telemetry's stream, the lite-pull RPCs) sta
 gRPC, and so does every call while the frames socket is not there: popfront uses the frames
 only once it has connected to them and falls back to gRPC when they go.
 
-The socket is the endpoint's, with ``.frames`` appended (:func:`frames_path`); the frames
+The socket is the endpoint's, with ``.frames`` appended (``frames.frames_path``); the frames
 are the store wire's (same framing, call ids, cancel frames). A request's bytes are an
 envelope around the v2 request, integers big-endian::
 
@@ -61,17 +61,6 @@ NO_TIMEOUT: Final = 0xFFFFFFFF
 _HEAD = struct.Struct(">IH")  # timeout ms, metadata count
 _KEY = struct.Struct(">B")
 _VALUE = struct.Struct(">I")
-_SUN_PATH_MAX: Final = 107  # sockaddr_un's path, without its NUL
-
-
-def frames_path(socket_path: str) -> Path:
-    """The frames socket of the v2 endpoint listening on ``socket_path``."""
-    return Path(socket_path + ".frames")
-
-
-def fits(path: Path) -> bool:
-    """Whether ``path`` can be bound as a Unix socket (its length in bytes)."""
-    return len(str(path).encode()) <= _SUN_PATH_MAX
 
 
 class EnvelopeError(ValueError):
@@ -213,8 +202,8 @@ async def serve(
 ) -> frames.FrameServer | None:
     """Serve the framed methods beside the endpoint's socket; None when the path is too long
     for a Unix socket (popfront then keeps to gRPC)."""
-    path = frames_path(socket_path)
-    if not fits(path):
+    path = frames.frames_path(Path(socket_path))
+    if not frames.fits(path):
         log.warning("v2 frames: %s is too long for a Unix socket; popfront stays on gRPC", path)
         return None
     server = frames.FrameServer(

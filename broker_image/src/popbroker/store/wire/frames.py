@@ -38,6 +38,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import os
 import struct
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -56,6 +57,18 @@ _U8 = struct.Struct(">B")
 _OK: Final = 0
 _CODES: Final = {code.value[0]: code for code in grpc.StatusCode}
 _RETRY_CONNECT_S: Final = (0.05, 0.1, 0.2, 0.4, 0.8)  # then every 0.8 s until the deadline
+SUN_PATH_MAX: Final = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
+
+
+def frames_path(socket_path: Path) -> Path:
+    """The frames socket beside a gRPC server's ``socket_path`` (the store's, popack's)."""
+    return socket_path.with_name(socket_path.name + ".frames")
+
+
+def fits(path: Path) -> bool:
+    """Whether ``path`` can be bound as a Unix socket (its length in bytes)."""
+    return len(os.fsencode(path)) <= SUN_PATH_MAX
+
 
 Handler = Callable[[bytes], Awaitable[bytes]]
 """Serialized request in, serialized response out; raises ``StoreError`` to fail the call."""

@@ -32,7 +32,6 @@ import contextlib
 import errno
 import functools
 import logging
-import os
 import socket
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -45,6 +44,7 @@ from popbroker.store import api, errors
 from popbroker.store.wire import convert, errormap, frames
 from popbroker.store.wire import store_pb2 as pb
 from popbroker.store.wire import store_pb2_grpc as pb_grpc
+from popbroker.store.wire.frames import frames_path
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,6 @@ log = logging.getLogger(__name__)
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 ARRIVALS_BATCH = 512
 ARRIVALS_QUEUE = 8192
-SUN_PATH_MAX = 107  # sizeof(sockaddr_un.sun_path) - 1 on Linux
 
 SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -355,11 +354,6 @@ def frame_handlers(servicer: StoreServicer) -> dict[str, frames.Handler]:
     return {name: handler(name) for name in UNARY_METHODS}
 
 
-def frames_path(socket_path: Path) -> Path:
-    """Where the framed calls of a store serving gRPC on ``socket_path`` listen."""
-    return socket_path.with_name(socket_path.name + ".frames")
-
-
 class StoreWire:
     """A serving store wire: the gRPC server and, beside a Unix socket, the framed one."""
 
@@ -423,11 +417,11 @@ async def serve(
     path = None if socket_path is None else Path(socket_path).absolute()
     framed = None
     if path is not None:
-        if len(os.fsencode(path)) > SUN_PATH_MAX:
-            raise ValueError(f"socket path longer than {SUN_PATH_MAX} bytes: {path}")
+        if not frames.fits(path):
+            raise ValueError(f"socket path longer than {frames.SUN_PATH_MAX} bytes: {path}")
         path.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_socket(path)
-        if frames_too and len(os.fsencode(frames_path(path))) <= SUN_PATH_MAX:
+        if frames_too and frames.fits(frames_path(path)):
             framed = frames_path(path)
             remove_stale_socket(framed)
     servicer = StoreServicer(store, frames_socket=framed.name if framed else "")
