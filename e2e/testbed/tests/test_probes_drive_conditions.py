@@ -51,6 +51,13 @@ def test_failing_liveness_probe_restarts_the_container(
 
     status = waiting.until(restarted, timeout_s=60, what="liveness failure to restart sick")
     assert status["lastState"]["terminated"]["exitCode"] == 0  # SIGTERM → the image exits 0
+    # the evidence a restart leaves: the run before it, and the kubelet's line naming the pod
+    got = testbed.pod(testbed_namespace, "sick")
+    assert got is not None
+    assert "stopped on SIGTERM" in testbed.log(got, previous=True)
+    kubelet_log = (testbed.info.layout.logs / "kubelet.log").read_text()
+    container = got["spec"]["containers"][0]["name"]
+    assert f"{testbed.pod_dir(got).name}/{container}: livenessProbe failed" in kubelet_log
 
 
 def test_exec_and_tcp_probes_gate_readiness(testbed: Cluster, testbed_namespace: str) -> None:

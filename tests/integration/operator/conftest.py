@@ -60,14 +60,35 @@ def pytest_runtest_makereport(
     stuck round."""
     report: pytest.TestReport = yield
     testbed_ = getattr(item, "funcargs", {}).get("popfleet_release")
-    if report.when == "call" and report.failed and isinstance(testbed_, cluster.Cluster):
+    if report.failed and isinstance(testbed_, cluster.Cluster):
         try:
             lines = testbed_.log(operator_pod(testbed_)).splitlines()[-OPERATOR_LOG_LINES:]
             shown = "\n".join(lines)
         except (errors.TestbedError, OSError, ValueError) as exc:  # evidence only
             shown = f"(operator log unavailable: {exc})"
-        report.sections.append((f"operator log, last {OPERATOR_LOG_LINES} lines", shown))
+        report.sections.append(
+            (f"operator log ({report.when}), last {OPERATOR_LOG_LINES} lines", shown)
+        )
     return report
+
+
+def restart_evidence(testbed_: cluster.Cluster, pod: dict[str, Any]) -> str:
+    """Why the operator container restarted: its last state (an exit code of its own, or the
+    kubelet's signal after a failed liveness probe), the kubelet's lines about the pod, and
+    the end of the run before the restart."""
+    name = pod["metadata"]["name"]
+    states = [s.get("lastState", {}) for s in pod["status"].get("containerStatuses", [])]
+    kubelet_log = testbed_.info.layout.logs / "kubelet.log"
+    try:
+        kubelet = [line for line in kubelet_log.read_text(errors="replace").splitlines()
+                   if name in line][-10:]  # fmt: skip
+        previous = testbed_.log(pod, previous=True).splitlines()[-OPERATOR_LOG_LINES:]
+    except OSError as exc:  # evidence only
+        kubelet, previous = [f"(unavailable: {exc})"], []
+    return "\n".join(
+        ["the operator container restarted", f"last state: {states}", "kubelet:", *kubelet,
+         f"the run before the restart, last {OPERATOR_LOG_LINES} lines:", *previous]
+    )  # fmt: skip
 
 
 @pytest.fixture
@@ -78,6 +99,6 @@ def operator_log_clean(popfleet_release: cluster.Cluster) -> Iterator[None]:
     yield
     after = operator_pod(popfleet_release)
     assert after["metadata"]["uid"] == pod["metadata"]["uid"], "the operator pod was replaced"
-    assert story.restarts(after) == story.restarts(pod), "the operator container restarted"
+    assert story.restarts(after) == story.restarts(pod), restart_evidence(popfleet_release, after)
     new = popfleet_release.log(after)[before:]
     assert story.unexpected_errors(new) == [], new[-4000:]

@@ -131,11 +131,13 @@ class Cluster:
         meta = pod["metadata"]
         return self.info.layout.state / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
 
-    def log(self, pod: Obj, container: str | None = None) -> str:
-        """The current run's log of ``container`` (default: the first container)."""
+    def log(self, pod: Obj, container: str | None = None, *, previous: bool = False) -> str:
+        """The current run's log of ``container`` (default: the first container); with
+        ``previous``, the run before it (``kubectl logs --previous``), "" when there is none."""
         name = container or pod["spec"]["containers"][0]["name"]
         logs = sorted((self.pod_dir(pod) / "logs" / name).glob("*.log"), key=lambda p: int(p.stem))
-        return logs[-1].read_text(errors="replace") if logs else ""
+        index = -2 if previous else -1
+        return logs[index].read_text(errors="replace") if len(logs) >= -index else ""
 
     @staticmethod
     def pod_ip(pod: Obj) -> str:

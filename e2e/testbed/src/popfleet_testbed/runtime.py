@@ -188,8 +188,8 @@ class ContainerRun:
                 if kind in ("livenessProbe", "startupProbe") and state.failed:
                     # what a kubelet's event says before the restart
                     print(
-                        f"{now_rfc3339()} kubelet: {self.name}: {kind} failed: {message};"
-                        " the container will be restarted",
+                        f"{now_rfc3339()} kubelet: {self.pod_dir.name}/{self.name}: {kind}"
+                        f" failed: {message}; the container will be restarted",
                         file=sys.stderr, flush=True,
                     )  # fmt: skip
                     self.kill(grace_s=grace_s, now_mono=now_mono)
