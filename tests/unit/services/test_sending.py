@@ -88,11 +88,13 @@ class _GatedStore:
     def __init__(self, inner: StoreApi) -> None:
         self.inner = inner
         self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()  # an append is at the gate
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+        self.waiting.set()
         await self.gate.wait()
         return await self.inner.append(messages)
 
@@ -116,6 +118,25 @@ async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker
     receipt = await asyncio.wait_for(second, 5)
     assert receipt.message_id == "RETRIED"
     assert [m.stored.body for m in await broker.receive()] == [b"retried"]
+
+
+async def test_an_append_cancelled_under_a_waiting_send_cancels_the_send(broker: Broker) -> None:
+    """The broker stopping cancels its appends: a send waiting on one is cancelled too,
+    never answered as sent (nor as failed, which a client would not retry the same way)."""
+    gated = _GatedStore(broker.store)
+    sender = Sender(
+        store=cast(StoreApi, gated),
+        config=broker.popack.config,
+        settings=broker.popack.settings,
+        clock=broker.clock,
+    )
+    waiting = asyncio.create_task(sender.send_batch([_normal(b"a", "A"), _normal(b"b", "B")]))
+    await asyncio.wait_for(gated.waiting.wait(), 5)
+    (append,) = sender._appends
+    append.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(waiting, 5)
+    assert await broker.receive() == []
 
 
 class _CountingStore:

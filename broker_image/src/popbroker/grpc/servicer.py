@@ -226,27 +226,20 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
                 converted.append(exc)
         sendable = [m for m in converted if not isinstance(m, Exception)]
         outcomes = iter(await self._services.sender.send_batch(sendable))  # one store append
-        entries = []
+        response = service.SendMessageResponse()
+        add = response.entries.add  # built in place: an entry passed to the constructor is copied
+        ok = convert.ok()
         for message, item in zip(request.messages, converted, strict=True):
             outcome = item if isinstance(item, Exception) else next(outcomes)
             if isinstance(outcome, Exception):
-                entries.append(
-                    service.SendResultEntry(
-                        status=_failure(outcome, "SendMessage"),
-                        message_id=message.system_properties.message_id,
-                    )
+                add(
+                    status=_failure(outcome, "SendMessage"),
+                    message_id=message.system_properties.message_id,
                 )
             else:
-                entries.append(
-                    service.SendResultEntry(
-                        status=convert.ok(),
-                        message_id=outcome.message_id,
-                        offset=outcome.queue_offset,
-                    )
-                )
-        return service.SendMessageResponse(
-            status=_common_status([e.status for e in entries]), entries=entries
-        )
+                add(status=ok, message_id=outcome.message_id, offset=outcome.queue_offset)
+        response.status.CopyFrom(_common_status([e.status for e in response.entries]))
+        return response
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:
         return service.EndTransactionResponse(

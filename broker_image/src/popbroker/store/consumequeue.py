@@ -14,6 +14,7 @@ offsets strictly increase.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,6 +62,27 @@ class ConsumeQueue:
                 f"but next is {self.max_queue_offset}"
             )
         self.file.append(fmt.encode_cq_entry(entry.physical_offset, entry.size, entry.tag_hash))
+
+    def append_many(self, queue_offset: int, entries: Sequence[tuple[int, int, int]]) -> None:
+        """Append ``(physical_offset, size, tag_hash)`` entries with consecutive queue offsets
+        from ``queue_offset``: one write per file they fall in, not one per entry.
+
+        A failure (``StoreFull``) leaves the entries of the files already written and none
+        of the failing file's; ``max_queue_offset`` tells how far it got.
+        """
+        if queue_offset != self.max_queue_offset:
+            raise ValueError(
+                f"{self.topic}/{self.queue_id}: entry {queue_offset} "
+                f"but next is {self.max_queue_offset}"
+            )
+        per_file = self.file.segment_bytes // fmt.CQ_ENTRY_SIZE
+        pack = fmt.CQ_ENTRY.pack
+        start = 0
+        while start < len(entries):
+            room = per_file - (queue_offset + start) % per_file
+            chunk = entries[start : start + room]
+            self.file.append(b"".join([pack(*entry) for entry in chunk]))
+            start += len(chunk)
 
     def start_at(self, queue_offset: int) -> None:
         """Make an empty queue begin at ``queue_offset`` (its head was lost to retention)."""

@@ -87,7 +87,7 @@ from popbroker.store.api import (
     TopicConfig,
 )
 from popbroker.store.commitlog import CommitLog, Placeable, RecordFields, UnplacedAt
-from popbroker.store.consumequeue import ConsumeQueue, Entry
+from popbroker.store.consumequeue import ConsumeQueue
 from popbroker.store.errors import (
     CorruptStore,
     InvalidArgument,
@@ -578,20 +578,32 @@ class LocalStore:
         """
         if not self._pending:
             return
-        ready = 0
+        ready = next(
+            (i for i, item in enumerate(self._pending) if item.end > limit), len(self._pending)
+        )
+        by_queue: dict[QueueKey, list[int]] = {}  # pending indices per queue, in log order
+        for index, item in enumerate(self._pending[:ready]):
+            by_queue.setdefault((item.topic, item.queue_id), []).append(index)
         failure: StoreFull | None = None
-        for item in self._pending:
-            if item.end > limit:
-                break
-            cq = self._open_cq(item.topic, item.queue_id)
-            try:
-                cq.append(Entry(item.queue_offset, item.physical_offset, item.size, item.tag_hash))
+        pending = self._pending
+        queues = list(by_queue.items())
+        for done_queues, ((topic, queue_id), indices) in enumerate(queues):
+            cq = self._open_cq(topic, queue_id)
+            first = pending[indices[0]].queue_offset
+            try:  # one write per queue (and file) for the batch, not one per record
+                cq.append_many(
+                    first,
+                    [(pending[i].physical_offset, pending[i].size, pending[i].tag_hash)
+                     for i in indices],
+                )  # fmt: skip
             except StoreFull as exc:
                 failure = exc
+                # the first record not indexed: this queue's first unwritten one, or the
+                # first of a queue not reached; every record before it is indexed
+                unwritten = [indices[cq.max_queue_offset - first]]
+                unwritten += [later[0] for _, later in queues[done_queues + 1 :]]
+                ready = self._take_back_locked(min(unwritten))
                 break
-            ready += 1
-        if failure is not None:
-            ready = self._take_back_locked(ready)
         done, self._pending = self._pending[:ready], self._pending[ready:]
         if done:
             self._dispatched_position = max(self._dispatched_position, done[-1].end)
