@@ -6,7 +6,8 @@ same systems (``popfleet``, ``popfleet-roles``, ``popfleet-front``,
 ``popfleet-roles-front``), runs one phase of the same load generator, and for every
 process reports CPU microseconds per message from ``/proc`` and, for the Python
 ones, a py-spy profile (raw stacks under ``bench/results/profiles/``, the top
-functions by own and by inclusive samples in the JSON). Phases:
+functions by own and by inclusive samples, and own samples by area (:data:`AREAS`) in
+the JSON). Phases:
 
 * ``popack`` -- a backlog of ``--messages`` is produced first, then popped and acked
   with 4 consumers (the phase the roles-shape rule is about);
@@ -48,12 +49,48 @@ SAMPLING_HZ = 200
 SPY_STOP_TIMEOUT_S = 30.0
 
 
+# Where a sample's own time is, by the file of its innermost frame (first match wins):
+# the question behind a compiled core is how much of the broker's Python is per-message
+# encoding and POP bookkeeping (pure functions a compiled core could take over) and how
+# much is the event loop and the orchestration around them (which it could not).
+AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (
+        "codecs and POP bookkeeping",
+        (
+            "popbroker/store/format.py", "popbroker/store/segments.py",
+            "popbroker/store/commitlog.py", "popbroker/store/consumequeue.py",
+            "popbroker/store/api.py", "popbroker/pop/", "popbroker/grpc/front.py",
+        ),
+    ),  # fmt: skip
+    (
+        "event loop, sockets and framing",
+        (
+            "asyncio/", "selectors.py", "socket.py", "popbroker/store/wire/frames.py",
+            "popbroker/grpc/frontframes.py",
+        ),
+    ),  # fmt: skip
+    ("dataclass and protobuf construction", ("<string>", "google/", "dataclasses.py")),
+    ("our orchestration (services, servicer, store)", ("popbroker/",)),
+)
+OTHER_AREA = "other"
+
+
+def area_of(frame: str) -> str:
+    """The :data:`AREAS` entry of a py-spy frame ``function (file:line)``."""
+    where = frame.rpartition(" (")[2]
+    for name, prefixes in AREAS:
+        if any(prefix in where for prefix in prefixes):
+            return name
+    return OTHER_AREA
+
+
 def top_functions(raw: Iterable[str], *, top: int = TOP) -> dict[str, Any]:
     """The most sampled functions of py-spy's ``--format raw`` output (one ``frame;frame;...
     count`` line per stack, root first): by own samples and by samples anywhere in the
     stack, each as a share of all samples."""
     own: collections.Counter[str] = collections.Counter()
     anywhere: collections.Counter[str] = collections.Counter()
+    areas: collections.Counter[str] = collections.Counter()
     total = 0
     for line in raw:
         stack, _, count_text = line.rstrip("\n").rpartition(" ")
@@ -63,13 +100,19 @@ def top_functions(raw: Iterable[str], *, top: int = TOP) -> dict[str, Any]:
         frames = stack.split(";")
         total += count
         own[frames[-1]] += count
+        areas[area_of(frames[-1])] += count
         for frame in set(frames):
             anywhere[frame] += count
 
     def shares(counter: collections.Counter[str]) -> list[tuple[str, float]]:
         return [(frame, round(100 * n / total, 1)) for frame, n in counter.most_common(top)]
 
-    return {"samples": total, "own_pct": shares(own), "inclusive_pct": shares(anywhere)}
+    return {
+        "samples": total,
+        "own_pct": shares(own),
+        "inclusive_pct": shares(anywhere),
+        "own_by_area_pct": shares(areas),
+    }
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:

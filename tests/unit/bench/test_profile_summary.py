@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.profile_shapes import top_functions
+from bench.profile_shapes import OTHER_AREA, area_of, top_functions
 
 RAW = """\
 main (cli.py:1);run (a.py:2);read (store.py:3) 6
@@ -33,4 +33,30 @@ def test_a_frame_repeated_in_one_stack_counts_once() -> None:
 
 
 def test_no_samples_gives_empty_lists() -> None:
-    assert top_functions([]) == {"samples": 0, "own_pct": [], "inclusive_pct": []}
+    assert top_functions([]) == {
+        "samples": 0,
+        "own_pct": [],
+        "inclusive_pct": [],
+        "own_by_area_pct": [],
+    }
+
+
+def test_own_samples_by_the_area_of_the_innermost_frame() -> None:
+    raw = [
+        "main (popbroker/cli.py:1);decode (popbroker/pop/receipts.py:9) 5\n",
+        "main (popbroker/cli.py:1);select (selectors.py:4) 3\n",
+        "main (popbroker/cli.py:1);ack_many (popbroker/services/acking.py:2) 1\n",
+        "main (popbroker/cli.py:1);pwrite (os.py:1) 1\n",
+    ]
+    assert top_functions(raw)["own_by_area_pct"] == [
+        ("codecs and POP bookkeeping", 50.0),
+        ("event loop, sockets and framing", 30.0),
+        ("our orchestration (services, servicer, store)", 10.0),
+        (OTHER_AREA, 10.0),
+    ]
+
+
+def test_the_first_matching_area_wins() -> None:
+    assert area_of("read (popbroker/store/format.py:3)") == "codecs and POP bookkeeping"
+    assert area_of("read (popbroker/store/local.py:3)").startswith("our orchestration")
+    assert area_of("__init__ (<string>:3)") == "dataclass and protobuf construction"
