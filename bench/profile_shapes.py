@@ -57,18 +57,25 @@ AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "codecs and POP bookkeeping",
         (
-            "popbroker/store/format.py", "popbroker/store/segments.py",
-            "popbroker/store/commitlog.py", "popbroker/store/consumequeue.py",
-            "popbroker/store/api.py", "popbroker/pop/", "popbroker/grpc/front.py",
+            "popbroker/store/format.py",
+            "popbroker/store/segments.py",
+            "popbroker/store/commitlog.py",
+            "popbroker/store/consumequeue.py",
+            "popbroker/store/api.py",
+            "popbroker/pop/",
+            "popbroker/grpc/front.py",
         ),
-    ),  # fmt: skip
+    ),
     (
         "event loop, sockets and framing",
         (
-            "asyncio/", "selectors.py", "socket.py", "popbroker/store/wire/frames.py",
+            "asyncio/",
+            "selectors.py",
+            "socket.py",
+            "popbroker/store/wire/frames.py",
             "popbroker/grpc/frontframes.py",
         ),
-    ),  # fmt: skip
+    ),
     ("dataclass and protobuf construction", ("<string>", "google/", "dataclasses.py")),
     ("our orchestration (services, servicer, store)", ("popbroker/",)),
 )

@@ -9,7 +9,8 @@ they ended.
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ entry_lists = st.lists(
     tail=entry_lists,
     per_file=st.integers(1, 7),
 )
-def test_append_many_writes_what_appends_one_by_one_write(
+async def test_append_many_writes_what_appends_one_by_one_write(
     tmp_path_factory: pytest.TempPathFactory,
     head: list[tuple[int, int, int]],
     tail: list[tuple[int, int, int]],
@@ -82,6 +83,19 @@ async def _bodies(store: LocalStore, queue_id: int) -> list[bytes]:
     return [m.body for m in result.messages]
 
 
+@contextlib.asynccontextmanager
+async def _open_store(tmp_path: Path, mode: FlushMode) -> AsyncIterator[LocalStore]:
+    """A store with 4 entries per consume-queue file and a topic of ``QUEUES`` queues."""
+    store = LocalStore.open(
+        tmp_path / "data", small_settings(cq_entries_per_file=4, flush_mode=mode)
+    )
+    try:
+        await store.put_topic(TopicConfig(TOPIC, QUEUES, QUEUES))
+        yield store
+    finally:
+        await store.close()
+
+
 class _FullAfter:
     """A consume-queue file whose writes fail with a full disk after ``ok`` of them."""
 
@@ -100,44 +114,45 @@ class _FullAfter:
     [(0, 0), (1, 0), (2, 0), (1, 1)],
     ids=["first-queue", "middle-queue", "last-queue", "second-file-of-a-queue"],
 )
-def test_a_full_disk_mid_batch_takes_the_whole_append_back_from_every_queue(
+async def test_a_full_disk_mid_batch_takes_the_whole_append_back_from_every_queue(
     tmp_path: Path, failing_queue: int, writes_before_failing: int
 ) -> None:
-    async def run() -> None:
-        store = LocalStore.open(tmp_path / "data", small_settings(cq_entries_per_file=4))
-        try:
-            await store.put_topic(TopicConfig(TOPIC, QUEUES, QUEUES))
-            # earlier appends: 3 entries in each queue, so a batch of 3 more crosses a file
-            before = [_message(q, n) for n in range(3) for q in range(QUEUES)]
-            await store.append(before)
-            log_end = store.commitlog.end
-            cq = store._cqs[(TOPIC, failing_queue)]
-            cq.file.append = _FullAfter(cq.file.append, writes_before_failing)  # type: ignore[method-assign]
-            batch = [_message(q, n) for n in range(3, 6) for q in range(QUEUES)]  # interleaved
-            with pytest.raises(StoreFull, match="injected"):
-                await store.append(batch)
-            assert store.commitlog.end == log_end  # the log holds none of the batch
-            for queue_id in range(QUEUES):  # nor does any queue, whatever its write did
-                assert store._cqs[(TOPIC, queue_id)].max_queue_offset == 3
-                assert await _bodies(store, queue_id) == [
-                    f"m{queue_id}-{n}".encode() for n in range(3)
-                ]
-            del cq.file.append  # space is back
-            results = await store.append(batch)
-            assert [(r.queue_id, r.queue_offset) for r in results] == [
-                (q, n) for n in range(3, 6) for q in range(QUEUES)
-            ]
-            for queue_id in range(QUEUES):
-                assert await _bodies(store, queue_id) == [
-                    f"m{queue_id}-{n}".encode() for n in range(6)
-                ]
-        finally:
-            await store.close()
-
-    asyncio.run(run())
+    async with _open_store(tmp_path, FlushMode.ASYNC) as store:
+        # earlier appends: 3 entries in each queue, so a batch of 3 more crosses a file
+        before = [_message(q, n) for n in range(3) for q in range(QUEUES)]
+        await store.append(before)
+        log_end = store.commitlog.end
+        cq = store._cqs[(TOPIC, failing_queue)]
+        cq.file.append = _FullAfter(cq.file.append, writes_before_failing)  # type: ignore[method-assign]
+        batch = [_message(q, n) for n in range(3, 6) for q in range(QUEUES)]  # interleaved
+        with pytest.raises(StoreFull, match="injected"):
+            await store.append(batch)
+        assert store.commitlog.end == log_end  # the log holds none of the batch
+        for queue_id in range(QUEUES):  # nor does any queue, whatever its write did
+            assert store._cqs[(TOPIC, queue_id)].max_queue_offset == 3
+            assert await _bodies(store, queue_id) == [f"m{queue_id}-{n}".encode() for n in range(3)]
+        del cq.file.append  # space is back
+        results = await store.append(batch)
+        assert [(r.queue_id, r.queue_offset) for r in results] == [
+            (q, n) for n in range(3, 6) for q in range(QUEUES)
+        ]
+        for queue_id in range(QUEUES):
+            assert await _bodies(store, queue_id) == [f"m{queue_id}-{n}".encode() for n in range(6)]
 
 
-def test_a_full_disk_in_a_dispatch_of_two_appends_takes_back_from_the_first_unindexed(
+def _dispatch_with_q0_full_after_one_write(store: LocalStore) -> None:
+    """Dispatch what is pending, as the flusher would, while queue 0's consume-queue file
+    takes one write and then finds the disk full; space is back after."""
+    cq = store._cqs[(TOPIC, 0)]
+    cq.file.append = _FullAfter(cq.file.append, 1)  # type: ignore[method-assign]
+    try:
+        with store.lock, pytest.raises(StoreFull, match="injected"):
+            store.dispatch_upto_locked(store.commitlog.end)
+    finally:
+        del cq.file.append
+
+
+async def test_a_full_disk_in_a_dispatch_of_two_appends_takes_back_from_the_first_unindexed(
     tmp_path: Path,
 ) -> None:
     """SYNC mode dispatches after a flush, so one dispatch can hold several appends. Append
@@ -145,72 +160,42 @@ def test_a_full_disk_in_a_dispatch_of_two_appends_takes_back_from_the_first_unin
     boundary) and its second file fails: q1's entry of A was never written, so A and B
     are both taken back, never A counted as indexed (its q1 message would be unreadable)."""
 
-    async def run() -> None:
-        store = LocalStore.open(
-            tmp_path / "data",
-            small_settings(cq_entries_per_file=4, flush_mode=FlushMode.SYNC),
-        )
-        try:
-            await store.put_topic(TopicConfig(TOPIC, QUEUES, QUEUES))
-            await store.append([_message(q, n) for n in range(3) for q in range(QUEUES)])
-            log_end = store.commitlog.end
-            store.flusher.stop()  # this test dispatches by hand, as the flusher would
-            store._append([_message(0, 3), _message(1, 3)], store._prepare)  # A
-            store._append([_message(0, 4), _message(2, 3)], store._prepare)  # B
-            cq = store._cqs[(TOPIC, 0)]
-            cq.file.append = _FullAfter(cq.file.append, 1)  # type: ignore[method-assign]
-            with store.lock, pytest.raises(StoreFull, match="injected"):
-                store.dispatch_upto_locked(store.commitlog.end)
-            del cq.file.append
-            assert store.commitlog.end == log_end
-            assert store._pending == []
-            for queue_id in range(QUEUES):
-                assert store._cqs[(TOPIC, queue_id)].max_queue_offset == 3
-                assert await _bodies(store, queue_id) == [
-                    f"m{queue_id}-{n}".encode() for n in range(3)
-                ]
-            # the offsets A and B had are given out again
-            store._append([_message(1, 3)], store._prepare)
-            with store.lock:
-                store.dispatch_upto_locked(store.commitlog.end)
-            assert await _bodies(store, 1) == [f"m1-{n}".encode() for n in range(4)]
-        finally:
-            await store.close()
-
-    asyncio.run(run())
+    async with _open_store(tmp_path, FlushMode.SYNC) as store:
+        await store.append([_message(q, n) for n in range(3) for q in range(QUEUES)])
+        log_end = store.commitlog.end
+        store.flusher.stop()  # this test dispatches by hand, as the flusher would
+        store._append([_message(0, 3), _message(1, 3)], store._prepare)  # A
+        store._append([_message(0, 4), _message(2, 3)], store._prepare)  # B
+        _dispatch_with_q0_full_after_one_write(store)
+        assert store.commitlog.end == log_end
+        assert store._pending == []
+        for queue_id in range(QUEUES):
+            assert store._cqs[(TOPIC, queue_id)].max_queue_offset == 3
+            assert await _bodies(store, queue_id) == [f"m{queue_id}-{n}".encode() for n in range(3)]
+        # the offsets A and B had are given out again
+        store._append([_message(1, 3)], store._prepare)
+        with store.lock:
+            store.dispatch_upto_locked(store.commitlog.end)
+        assert await _bodies(store, 1) == [f"m1-{n}".encode() for n in range(4)]
 
 
-def test_a_full_disk_in_a_later_append_of_a_dispatch_keeps_the_earlier_one(
+async def test_a_full_disk_in_a_later_append_of_a_dispatch_keeps_the_earlier_one(
     tmp_path: Path,
 ) -> None:
     """A = [q0] fills q0's first file, B and C = [q0] need the next one, which fails: A is
     indexed whole and stays (its SYNC appender is answered); B, the first append not
     indexed, and C after it are taken back."""
 
-    async def run() -> None:
-        store = LocalStore.open(
-            tmp_path / "data",
-            small_settings(cq_entries_per_file=4, flush_mode=FlushMode.SYNC),
-        )
-        try:
-            await store.put_topic(TopicConfig(TOPIC, QUEUES, QUEUES))
-            await store.append([_message(0, n) for n in range(3)])
-            store.flusher.stop()  # this test dispatches by hand, as the flusher would
-            store._append([_message(0, 3)], store._prepare)  # A
-            a_end = store.commitlog.end
-            store._append([_message(0, 4)], store._prepare)  # B
-            store._append([_message(0, 5)], store._prepare)  # C
-            cq = store._cqs[(TOPIC, 0)]
-            cq.file.append = _FullAfter(cq.file.append, 1)  # type: ignore[method-assign]
-            with store.lock, pytest.raises(StoreFull, match="injected"):
-                store.dispatch_upto_locked(store.commitlog.end)
-            del cq.file.append
-            assert store.commitlog.end == a_end
-            assert await _bodies(store, 0) == [f"m0-{n}".encode() for n in range(4)]
-        finally:
-            await store.close()
-
-    asyncio.run(run())
+    async with _open_store(tmp_path, FlushMode.SYNC) as store:
+        await store.append([_message(0, n) for n in range(3)])
+        store.flusher.stop()  # this test dispatches by hand, as the flusher would
+        store._append([_message(0, 3)], store._prepare)  # A
+        a_end = store.commitlog.end
+        store._append([_message(0, 4)], store._prepare)  # B
+        store._append([_message(0, 5)], store._prepare)  # C
+        _dispatch_with_q0_full_after_one_write(store)
+        assert store.commitlog.end == a_end
+        assert await _bodies(store, 0) == [f"m0-{n}".encode() for n in range(4)]
 
 
 def test_entries_per_file_bounds_each_write(tmp_path: Path) -> None:

@@ -99,7 +99,7 @@ class _GatedStore:
         return await self.inner.append(messages)
 
 
-async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker: Broker) -> None:
+def _gated_sender(broker: Broker) -> tuple[Sender, _GatedStore]:
     gated = _GatedStore(broker.store)
     sender = Sender(
         store=cast(StoreApi, gated),
@@ -107,6 +107,11 @@ async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker
         settings=broker.popack.settings,
         clock=broker.clock,
     )
+    return sender, gated
+
+
+async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker: Broker) -> None:
+    sender, gated = _gated_sender(broker)
     message = OutgoingMessage(TOPIC, b"retried", "RETRIED", MessageKind.NORMAL)
     first = asyncio.create_task(send_one(sender, message))
     await asyncio.sleep(0)  # let the first attempt start its append
@@ -123,13 +128,7 @@ async def test_a_client_giving_up_does_not_cancel_the_append_of_its_retry(broker
 async def test_an_append_cancelled_under_a_waiting_send_cancels_the_send(broker: Broker) -> None:
     """The broker stopping cancels its appends: a send waiting on one is cancelled too,
     never answered as sent (nor as failed, which a client would not retry the same way)."""
-    gated = _GatedStore(broker.store)
-    sender = Sender(
-        store=cast(StoreApi, gated),
-        config=broker.popack.config,
-        settings=broker.popack.settings,
-        clock=broker.clock,
-    )
+    sender, gated = _gated_sender(broker)
     waiting = asyncio.create_task(sender.send_batch([_normal(b"a", "A"), _normal(b"b", "B")]))
     await asyncio.wait_for(gated.waiting.wait(), 5)
     (append,) = sender._appends
