@@ -61,14 +61,10 @@ def accepted_kinds(message_type: MessageType) -> frozenset[MessageKind]:
     return _ACCEPTS[message_type]
 
 
-@dataclass(slots=True)
+@dataclass
 class _Sent:
-    """A message id in the window: the append that carries it and its place in that append
-    (one future per append, not per message: a batch of 32 resolves once)."""
-
     expires_at_ms: int
-    append: asyncio.Future[list[SendReceipt]]
-    index: int
+    result: asyncio.Future[SendReceipt]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +73,7 @@ class _Pending:
 
     topic: TopicConfig
     message: OutgoingMessage
+    result: asyncio.Future[SendReceipt]
 
 
 SendOutcome = SendReceipt | Exception
@@ -113,34 +110,33 @@ class Sender:
             else:
                 checked.append(topic)
         waits = self._start_append(batch, checked)
-        # The appends this request waits on: its own, and those of ids repeated from other
-        # requests still in progress. Shielded: a caller that goes cancels none of them.
-        # A cancelled append (the broker stops) cancels this call too.
-        settled: dict[int, list[SendReceipt] | Exception] = {}
-        for wait in waits:
-            if isinstance(wait, _Sent) and id(wait.append) not in settled:
-                try:
-                    settled[id(wait.append)] = await asyncio.shield(wait.append)
-                except Exception as exc:  # noqa: BLE001 - the append's error, for its messages
-                    settled[id(wait.append)] = exc
+        futures = [wait for wait in waits if not isinstance(wait, Exception)]
+        # One shield for the request: a caller that goes cancels neither the appends nor
+        # the futures other requests (duplicates in the window) wait on.
+        settled = iter(
+            await asyncio.shield(asyncio.gather(*futures, return_exceptions=True))
+            if futures
+            else ()
+        )
         outcomes: list[SendOutcome] = []
         for wait in waits:
             if isinstance(wait, Exception):
                 outcomes.append(wait)
                 continue
-            receipts = settled[id(wait.append)]
-            outcomes.append(receipts if isinstance(receipts, Exception) else receipts[wait.index])
+            result = next(settled)
+            if isinstance(result, BaseException) and not isinstance(result, Exception):
+                raise result  # a cancelled append (the broker stops): so is this call
+            outcomes.append(result)
         return outcomes
 
     def _start_append(
         self, batch: Sequence[OutgoingMessage], checked: Sequence[TopicConfig | Exception]
-    ) -> list[_Sent | Exception]:
+    ) -> list[asyncio.Future[SendReceipt] | Exception]:
         """Steps 3-5 without awaiting: a cancelled caller never leaves a window entry unresolved."""
         now_ms = self._clock()
         self._expire(now_ms)
-        append: asyncio.Future[list[SendReceipt]] = asyncio.get_running_loop().create_future()
-        expires_at_ms = now_ms + self._settings.send_dedup_window_ms
-        waits: list[_Sent | Exception] = []
+        loop = asyncio.get_running_loop()
+        waits: list[asyncio.Future[SendReceipt] | Exception] = []
         pending: list[_Pending] = []
         for message, topic in zip(batch, checked, strict=True):
             if isinstance(topic, Exception):
@@ -149,21 +145,21 @@ class Sender:
             dedup_key = (message.topic, message.message_id)
             sent = self._sent.get(dedup_key)
             if sent is None:
-                sent = _Sent(expires_at_ms, append, len(pending))
+                sent = _Sent(now_ms + self._settings.send_dedup_window_ms, loop.create_future())
                 self._sent[dedup_key] = sent
-                pending.append(_Pending(topic, message))
-            waits.append(sent)
+                pending.append(_Pending(topic, message, sent.result))
+            waits.append(sent.result)
         if pending:
-            task = asyncio.create_task(self._append(pending, append, now_ms))
+            task = asyncio.create_task(self._append(pending, now_ms))
             self._appends.add(task)
             task.add_done_callback(self._appends.discard)
         return waits
 
-    def _forget(self, message: OutgoingMessage, append: asyncio.Future[list[SendReceipt]]) -> None:
-        """A failed append may be retried for real: drop its message from the window."""
+    def _forget(self, message: OutgoingMessage, result: asyncio.Future[SendReceipt]) -> None:
+        """A failed append may be retried for real: drop it from the window."""
         dedup_key = (message.topic, message.message_id)
         sent = self._sent.get(dedup_key)
-        if sent is not None and sent.append is append:
+        if sent is not None and sent.result is result:
             del self._sent[dedup_key]
 
     def _expire(self, now_ms: int) -> None:
@@ -173,7 +169,7 @@ class Sender:
             key, oldest = next(iter(sent.items()))
             if oldest.expires_at_ms > now_ms and len(sent) < limit:
                 break
-            if not oldest.append.done():
+            if not oldest.result.done():
                 break  # still in progress: it stays (the table overshoots by the in-flight sends)
             del sent[key]
 
@@ -274,29 +270,22 @@ class Sender:
         )
         return stored, None
 
-    async def _append(
-        self,
-        batch: Sequence[_Pending],
-        append: asyncio.Future[list[SendReceipt]],
-        now_ms: int,
-    ) -> None:
-        """Step 5: one append for the request's new messages; resolves ``append`` with
-        their receipts in order, or with the error."""
+    async def _append(self, batch: Sequence[_Pending], now_ms: int) -> None:
+        """Step 5: one append for the request's new messages; resolves their futures."""
         try:
             records = [self._record(pending, now_ms) for pending in batch]
             results = await self._store.append([record for record, _ in records])
         except BaseException as exc:
             for pending in batch:
-                self._forget(pending.message, append)
-            if isinstance(exc, asyncio.CancelledError):
-                append.cancel()
-            elif not append.done():
-                append.set_exception(exc)
-                append.exception()  # retrieved: no warning if nobody waits
+                self._forget(pending.message, pending.result)
+                if isinstance(exc, asyncio.CancelledError):
+                    pending.result.cancel()
+                elif not pending.result.done():
+                    pending.result.set_exception(exc)
+                    pending.result.exception()  # retrieved: no warning if nobody waits
             if not isinstance(exc, Exception):
                 raise
             return
-        receipts: list[SendReceipt] = []
         for pending, (_, delayed_queue), result in zip(batch, records, results, strict=True):
             message = pending.message
             if delayed_queue is not None:
@@ -314,6 +303,5 @@ class Sender:
                     queue_id=result.queue_id,
                     queue_offset=result.queue_offset,
                 )
-            receipts.append(receipt)
-        if not append.done():
-            append.set_result(receipts)
+            if not pending.result.done():
+                pending.result.set_result(receipt)
