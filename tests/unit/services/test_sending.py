@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import gc
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -157,12 +159,13 @@ class _CountingStore:
         return await self.inner.append(messages)
 
 
-def _counting_sender(broker: Broker) -> tuple[Sender, _CountingStore]:
+def _counting_sender(broker: Broker, **settings: int) -> tuple[Sender, _CountingStore]:
+    """A sender on a store that counts appends; ``settings`` override popack's."""
     store = _CountingStore(broker.store)
     sender = Sender(
         store=cast(StoreApi, store),
         config=broker.popack.config,
-        settings=broker.popack.settings,
+        settings=dataclasses.replace(broker.popack.settings, **settings),  # type: ignore[arg-type]
         clock=broker.clock,
     )
     return sender, store
@@ -210,3 +213,59 @@ async def test_a_failed_batch_append_fails_each_message_and_a_retry_appends(
     assert all(isinstance(o, SendReceipt) for o in retried)
     assert store.appends == [2, 2]
     assert sorted(m.stored.body for m in await broker.receive()) == [b"a", b"b"]
+
+
+async def test_a_repeat_within_the_window_is_answered_and_one_after_it_is_stored_again(
+    broker: Broker,
+) -> None:
+    sender, store = _counting_sender(broker, send_dedup_window_ms=1_000)
+    (first,) = await sender.send_batch([_normal(b"x", "ID")])
+    broker.clock.advance(999)
+    (repeat,) = await sender.send_batch([_normal(b"x", "ID")])
+    assert repeat == first and store.appends == [1]
+    broker.clock.advance(1)  # the id's window ends 1 000 ms after its first send
+    (again,) = await sender.send_batch([_normal(b"x", "ID")])
+    assert isinstance(again, SendReceipt) and again != first
+    assert store.appends == [1, 1]
+
+
+async def test_the_window_keeps_its_newest_ids_up_to_its_size(broker: Broker) -> None:
+    sender, store = _counting_sender(broker, send_dedup_max_entries=2)
+    for message_id in ("A", "B", "C"):
+        await sender.send_batch([_normal(b"x", message_id)])
+    await sender.send_batch([_normal(b"x", "C")])  # still in the window: answered
+    assert store.appends == [1, 1, 1]
+    await sender.send_batch([_normal(b"x", "A")])  # the oldest went: stored again
+    assert store.appends == [1, 1, 1, 1]
+
+
+async def test_a_send_in_progress_stays_in_a_full_window_and_a_repeat_waits_for_it(
+    broker: Broker,
+) -> None:
+    gated = _GatedStore(broker.store)
+    sender = Sender(
+        store=cast(StoreApi, gated),
+        config=broker.popack.config,
+        settings=dataclasses.replace(broker.popack.settings, send_dedup_max_entries=1),
+        clock=broker.clock,
+    )
+    first = asyncio.create_task(sender.send_batch([_normal(b"x", "SLOW")]))
+    await asyncio.wait_for(gated.waiting.wait(), 5)
+    other = asyncio.create_task(sender.send_batch([_normal(b"y", "OTHER")]))
+    repeat = asyncio.create_task(sender.send_batch([_normal(b"x", "SLOW")]))
+    await asyncio.sleep(0)
+    gated.gate.set()
+    outcomes = await asyncio.wait_for(asyncio.gather(first, other, repeat), 5)
+    assert outcomes[0] == outcomes[2]  # the repeat was answered by the first append
+    assert sorted(m.stored.body for m in await broker.receive()) == [b"x", b"y"]
+
+
+async def test_settled_ids_are_not_tracked_by_the_garbage_collector(broker: Broker) -> None:
+    """The window holds up to ``send_dedup_max_entries`` ids for minutes: as objects the
+    collector tracks, each full collection walked them all (pauses of 100-400 ms)."""
+    sender, _ = _counting_sender(broker)
+    await sender.send_batch([_normal(b"x", f"ID{i}") for i in range(32)])
+    gc.collect()  # the collector stops tracking tuples of untracked values when it sees them
+    entries = list(sender._sent.items())
+    assert len(entries) == 32
+    assert not any(gc.is_tracked(key) or gc.is_tracked(entry) for key, entry in entries)

@@ -86,6 +86,7 @@ async def run(
     metrics: running.RoleMetrics | None = None,
 ) -> None:
     """All three roles in one process on an in-process ``LocalStore`` (+ the admin API)."""
+    running.freeze_startup_objects()
     stop = running.stop_on_signals()
     edge = edge or EdgeOptions()
     store = LocalStore.open(data_dir, store_settings)

@@ -68,6 +68,7 @@ async def run(
     metrics: running.RoleMetrics | None = None,
 ) -> None:
     """The popack role: the v2 endpoint in front of a store role."""
+    running.freeze_startup_objects()
     stop = running.stop_on_signals()
     edge = edge or EdgeOptions()
     store = await running.remote_store(store_socket, data_dir=data_dir)

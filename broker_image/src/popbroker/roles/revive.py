@@ -80,6 +80,7 @@ async def run(
     metrics: running.RoleMetrics | None = None,
 ) -> None:
     """The revive role: revive loops against a store role."""
+    running.freeze_startup_objects()
     stop = running.stop_on_signals()
     store = await running.remote_store(store_socket, data_dir=data_dir)
     try:

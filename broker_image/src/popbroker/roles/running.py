@@ -2,6 +2,8 @@
 
 * :func:`stop_on_signals` -- an event set by SIGTERM/SIGINT; every role runs
   until it is set, then stops in its own order.
+* :func:`freeze_startup_objects` -- what is alive when a role starts leaves the garbage
+  collector's generations, so full collections walk only what the broker made since.
 * :func:`write_port` -- ``--port-file`` and friends: the bound port, written
   atomically once the server serves (how tests and supervisors learn a port 0
   without parsing logs).
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -48,6 +51,16 @@ def stop_on_signals() -> asyncio.Event:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     return stop
+
+
+def freeze_startup_objects() -> None:
+    """Move every object alive now (the interpreter's and the imported modules': ~50k) to
+    the collector's permanent generation (``gc.freeze``). They live as long as the process
+    anyway, and each full collection walked them all: 20-40 ms of a stalled event loop
+    per collection on this project's 2-core machines, the tail of the latency at half load.
+    Called once by each role as it starts, after its imports."""
+    gc.collect()
+    gc.freeze()
 
 
 def add_data_dir_flag(parser: argparse.ArgumentParser) -> None:

@@ -122,6 +122,7 @@ async def run(
     try:
         grpc_server = await server.serve(store, socket_path=socket_path, listen=listen)
         stop_companion = await on_open(store) if on_open is not None else None
+        running.freeze_startup_objects()
         stop = running.stop_on_signals()
         await stop.wait()
         log.info("store wire: stopping")
