@@ -135,6 +135,8 @@ def test_traffic_moves_the_numbers(observed: Observed) -> None:
     assert value(after, "popfleet_store_flush_seconds_count") > flushes_before
     assert ("popfleet_broker_revive_lag_messages", frozenset({("revive_queue", "0")})) in after
     assert value(after, "popfleet_metrics_refresh_errors_total") == 0
+    # every role times its garbage collections; traffic makes young ones for sure
+    assert value(after, "popfleet_broker_gc_pause_seconds_count", generation="0") > 0
     reads = "popfleet_broker_store_reads_total"
     if "popack" in port_files:  # the roles shape reads the store's files (--data-dir)
         for role in ("popack", "revive"):

@@ -33,6 +33,7 @@ from prometheus_client import CollectorRegistry
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
 from popbroker.metrics.directreads import observe_direct_reads
+from popbroker.metrics.gcpauses import GcPauses
 from popbroker.metrics.popack import PopackMetrics
 from popbroker.metrics.revive import ReviveMetrics
 from popbroker.metrics.store import observe_config_writes, observe_flushes
@@ -164,6 +165,7 @@ class RoleMetrics:
     popack: PopackMetrics | None = None
     revive: ReviveMetrics | None = None
     server: exposition.MetricsServer | None = None
+    gc_pauses: GcPauses | None = None
 
     def for_popack(self) -> PopackMetrics:
         self.popack = PopackMetrics(self.registry)
@@ -187,6 +189,8 @@ class RoleMetrics:
         return AdminMetrics(self.registry)
 
     async def start(self) -> None:
+        self.gc_pauses = GcPauses(self.registry)
+        self.gc_pauses.install()
         refreshers = [m.refresh for m in (self.popack, self.revive) if m is not None]
         self.server = await exposition.serve_metrics(
             self.listen, self.registry, refreshers=refreshers
@@ -194,5 +198,7 @@ class RoleMetrics:
         self.on_bound(self.server.port)
 
     async def stop(self) -> None:
+        if self.gc_pauses is not None:
+            self.gc_pauses.remove()
         if self.server is not None:
             await self.server.stop()
