@@ -120,23 +120,18 @@ class Sender:
             else:
                 checked.append(topic)
         waits = self._start_append(batch, checked)
-        futures = [wait for wait in waits if isinstance(wait, asyncio.Future)]
-        # One shield for the request: a caller that goes cancels neither the appends nor
-        # the futures other requests (duplicates in the window) wait on.
-        settled = iter(
-            await asyncio.shield(asyncio.gather(*futures, return_exceptions=True))
-            if futures
-            else ()
-        )
         outcomes: list[SendOutcome] = []
         for wait in waits:
             if not isinstance(wait, asyncio.Future):
                 outcomes.append(wait)  # refused, or a receipt of a settled repeat
                 continue
-            result = next(settled)
-            if isinstance(result, BaseException) and not isinstance(result, Exception):
-                raise result  # a cancelled append (the broker stops): so is this call
-            outcomes.append(result)
+            try:
+                # Shielded: a caller that goes cancels neither the append nor the future
+                # other requests (duplicates in the window) wait on. A cancelled append
+                # (the broker stops) raises CancelledError here: so is this call.
+                outcomes.append(await asyncio.shield(wait))
+            except Exception as exc:  # noqa: BLE001 - the append's error, for this message
+                outcomes.append(exc)
         return outcomes
 
     def _start_append(
