@@ -25,6 +25,7 @@ package main
 // popack without the frames socket is served as before.
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -77,6 +78,8 @@ type answer struct {
 type frameConn struct {
 	c       net.Conn
 	writeMu sync.Mutex
+	queued  net.Buffers // frames waiting for the write in progress (writeMu)
+	writing bool        // a caller is writing: it sends what is queued (writeMu)
 	mu      sync.Mutex
 	pending map[uint32]chan answer
 	nextID  uint32
@@ -87,9 +90,12 @@ type frameConn struct {
 func (fc *frameConn) readAnswers() {
 	var err error
 	defer func() { fc.fail(err) }()
+	// Buffered: popack writes the answers that finish together in one write, and
+	// they are read here with one system call, not two per answer.
+	in := bufio.NewReaderSize(fc.c, 64<<10)
 	head := make([]byte, 9)
 	for {
-		if _, err = io.ReadFull(fc.c, head); err != nil {
+		if _, err = io.ReadFull(in, head); err != nil {
 			return
 		}
 		size := binary.BigEndian.Uint32(head[0:4])
@@ -99,7 +105,7 @@ func (fc *frameConn) readAnswers() {
 		}
 		id := binary.BigEndian.Uint32(head[4:8])
 		payload := make([]byte, size-5)
-		if _, err = io.ReadFull(fc.c, payload); err != nil {
+		if _, err = io.ReadFull(in, payload); err != nil {
 			return
 		}
 		fc.mu.Lock()
@@ -150,14 +156,35 @@ func (fc *frameConn) forget(id uint32) {
 	}
 }
 
+// write sends frame, or queues it for the caller whose write is in progress:
+// calls that arrive while one is written go together in the next write (one
+// writev), as a group commit does. A failed write fails the connection, and
+// with it every call whose frame it carried.
 func (fc *frameConn) write(frame []byte) error {
 	fc.writeMu.Lock()
-	defer fc.writeMu.Unlock()
-	_, err := fc.c.Write(frame)
-	if err != nil {
-		go fc.fail(err)
+	fc.queued = append(fc.queued, frame)
+	if fc.writing {
+		fc.writeMu.Unlock()
+		return nil
 	}
-	return err
+	fc.writing = true
+	for len(fc.queued) > 0 {
+		batch := fc.queued
+		fc.queued = nil
+		fc.writeMu.Unlock()
+		_, err := batch.WriteTo(fc.c)
+		fc.writeMu.Lock()
+		if err != nil {
+			fc.queued = nil
+			fc.writing = false
+			fc.writeMu.Unlock()
+			go fc.fail(err)
+			return err
+		}
+	}
+	fc.writing = false
+	fc.writeMu.Unlock()
+	return nil
 }
 
 // frames is popfront's client of popack's frames socket.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"path/filepath"
@@ -235,6 +236,78 @@ func TestFramesPathOfUnixTargetsOnly(t *testing.T) {
 	} {
 		if got := framesPathOf(target); got != want {
 			t.Errorf("framesPathOf(%q) = %q, want %q", target, got, want)
+		}
+	}
+}
+
+func TestConcurrentCallsKeepTheirFramesWholeAndAnswersInOneWriteReachEachCaller(t *testing.T) {
+	popack, path := startFakePopack(t)
+	f := newFrames(path)
+	defer f.close()
+	fc := f.connection()
+	conn := next(t, popack.conns)
+	const calls = 64
+	results := make([]chan callResult, calls)
+	for i := range calls {
+		results[i] = callAsync(context.Background(), fc, framedMethodSend, []byte(fmt.Sprintf("request %d", i)))
+	}
+	// Every frame arrives whole (the fake parses them one by one), however the
+	// writes of concurrent callers were combined; all answers go back in one write.
+	var answers []byte
+	for range calls {
+		r := next(t, popack.requests)
+		_, body := parseEnvelopeForTest(t, r.envelope[4:])
+		answers = append(answerFrame(r.id, 0, append([]byte("answer to "), body...)), answers...)
+	}
+	if _, err := conn.Write(answers); err != nil {
+		t.Fatal(err)
+	}
+	for i, result := range results {
+		r := next(t, result)
+		if want := fmt.Sprintf("answer to request %d", i); r.err != nil || string(r.reply) != want {
+			t.Fatalf("call %d: got %q %v, want %q", i, r.reply, r.err, want)
+		}
+	}
+}
+
+// stallingConn holds its first Write until released, then fails it.
+type stallingConn struct {
+	net.Conn
+	writing chan struct{}
+	release chan struct{}
+}
+
+func (c *stallingConn) Write(b []byte) (int, error) {
+	close(c.writing)
+	<-c.release
+	return 0, errors.New("broken pipe")
+}
+
+func TestAFailedWriteFailsTheCallsQueuedBehindIt(t *testing.T) {
+	ours, theirs := net.Pipe()
+	defer theirs.Close()
+	conn := &stallingConn{Conn: ours, writing: make(chan struct{}), release: make(chan struct{})}
+	f := newFrames("unused")
+	f.dial = func(string) (net.Conn, error) { return conn, nil }
+	defer f.close()
+	fc := f.connection()
+	first := callAsync(context.Background(), fc, framedMethodSend, []byte("first"))
+	<-conn.writing
+	second := callAsync(context.Background(), fc, framedMethodSend, []byte("second"))
+	for queued := 0; queued == 0; { // the second frame waits for the write in progress
+		fc.writeMu.Lock()
+		queued = len(fc.queued)
+		fc.writeMu.Unlock()
+		select {
+		case r := <-second:
+			t.Fatalf("the second call ended before the write failed: %v", r.err)
+		default:
+		}
+	}
+	close(conn.release)
+	for name, result := range map[string]chan callResult{"first": first, "second": second} {
+		if r := next(t, result); status.Code(r.err) != codes.Unavailable {
+			t.Fatalf("%s call: want Unavailable, got %v", name, r.err)
 		}
 	}
 }

@@ -132,6 +132,32 @@ def _forget(running: dict[int, asyncio.Task[None]], call_id: int, _: object) -> 
     running.pop(call_id, None)
 
 
+class _Outbox:
+    """A connection's answers, written together once per pass of the event loop.
+
+    Calls that finish in the same pass (a popped batch's acks, the receives a new message
+    woke) would each cost a ``send`` system call; queued here they go in one write, at the
+    start of the next pass. Answers may go in any order, so nothing else changes."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self._writer = writer
+        self._frames: list[bytes] = []
+
+    async def send(self, frame: bytes) -> None:
+        if self._writer.is_closing():
+            return
+        if not self._frames:
+            asyncio.get_running_loop().call_soon(self._flush)
+        self._frames.append(frame)
+        with contextlib.suppress(ConnectionError):
+            await self._writer.drain()  # back-pressure from the answers written before
+
+    def _flush(self) -> None:
+        frames, self._frames = self._frames, []
+        if not self._writer.is_closing():
+            self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+
+
 class FrameServer:
     """Serves ``handlers`` (by method name) on a Unix socket; see the module docstring.
 
@@ -183,6 +209,7 @@ class FrameServer:
         if me is not None:
             self._connections.add(me)
         calls = self._calls
+        outbox = _Outbox(writer)
         running: dict[int, asyncio.Task[None]] = {}  # this connection's calls, by id
         try:
             while True:
@@ -196,7 +223,7 @@ class FrameServer:
                 if len(method) != method_len:
                     raise FrameError("method name cut short")
                 call = asyncio.create_task(
-                    self._answer(writer, call_id, (method, rest[method_len:]))
+                    self._answer(outbox, call_id, (method, rest[method_len:]))
                 )
                 calls.add(call)
                 running[call_id] = call
@@ -215,9 +242,7 @@ class FrameServer:
             if me is not None:
                 self._connections.discard(me)
 
-    async def _answer(
-        self, writer: asyncio.StreamWriter, call_id: int, call: tuple[str, bytes]
-    ) -> None:
+    async def _answer(self, outbox: _Outbox, call_id: int, call: tuple[str, bytes]) -> None:
         method, request = call
         handler = self._handlers.get(method)
         try:
@@ -229,11 +254,7 @@ class FrameServer:
         except Exception as exc:  # noqa: BLE001 - the edge answers every failure
             code, payload = self._failure(method, exc)
             frame = _frame(call_id, code, payload)
-        if writer.is_closing():
-            return
-        writer.write(frame)
-        with contextlib.suppress(ConnectionError):
-            await writer.drain()
+        await outbox.send(frame)
 
 
 # ------------------------------------------------------------------------- client
