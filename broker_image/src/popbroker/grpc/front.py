@@ -34,13 +34,13 @@ from __future__ import annotations
 import contextvars
 import struct
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import grpc
 
 from popbroker.grpc.handlers import SERVICE_PREFIX
 from popbroker.services.messages import DeliveredMessage
+from popbroker.values import per_message
 
 FRONT_RECEIVE = "/popfleet.front.v1.Front/ReceiveMessage"
 V2_RECEIVE = SERVICE_PREFIX + "ReceiveMessage"
@@ -57,7 +57,7 @@ DELIVERIES_TO_FRONT: contextvars.ContextVar[bool] = contextvars.ContextVar(
 """True while :class:`FrontBatching` collects a ``ReceiveMessage`` answer for popfront."""
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class FrontDelivery:
     """A popped message that popfront turns into the client's ``Message``.
 

@@ -40,14 +40,15 @@ Callers: the popack services' ChangeInvisibleDuration handler.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from popbroker.pop import errors, popping
 from popbroker.pop.checkpoints import Checkpoint, CheckpointKey
 from popbroker.pop.receipts import ReceiptHandle
+from popbroker.values import per_message
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class InvisibilityChange:
     """The plan of one change of invisible time."""
 

@@ -61,9 +61,9 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 
 from popbroker.pop import errors
+from popbroker.values import per_message
 
 FIFO_REVIVE_QUEUE_ID = 999
 MAX_HANDLE_BYTES = 512
@@ -103,7 +103,7 @@ class TopicType(enum.IntEnum):
     RETRY_V2 = 2
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class ReceiptHandle:
     """A decoded, validated receipt handle (see the module docstring for fields)."""
 

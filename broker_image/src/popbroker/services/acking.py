@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from popbroker.pop import errors as pop_errors
 from popbroker.pop import invisibility, orderinfo, popping, receipts, records, retrytopics
@@ -52,13 +52,14 @@ from popbroker.services.popstate import PopState
 from popbroker.services.settings import PopackSettings
 from popbroker.store.api import StoreApi, StoredMessage, TopicConfig
 from popbroker.store.errors import StoreError, UnknownTopic
+from popbroker.values import per_message
 
 log = logging.getLogger(__name__)
 
 FIFO_LOCK_TIMEOUT_S = 3.0
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class _Target:
     """A validated handle and the topic it really names."""
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from popbroker.pop import retrytopics
 from popbroker.store.api import (
@@ -42,6 +41,7 @@ from popbroker.store.api import (
     MessageToAppend,
     StoredMessage,
 )
+from popbroker.values import per_message
 
 PROPERTY_MESSAGE_GROUP = "__SHARDINGKEY"
 PROPERTY_DELIVER_MS = "TIMER_DELIVER_MS"
@@ -103,7 +103,7 @@ class MessageKind(enum.Enum):
     UNSUPPORTED = "UNSUPPORTED"  # LITE, PRIORITY, unspecified
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class OutgoingMessage:
     """One message as a producer sent it (already decoded from the wire)."""
 
@@ -120,7 +120,7 @@ class OutgoingMessage:
     born_host: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class SendReceipt:
     """Where a sent message landed (the same receipt is returned for a repeated id)."""
 
@@ -131,7 +131,7 @@ class SendReceipt:
     delayed: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class DeliveredMessage:
     """One popped message, ready to be written to a client."""
 

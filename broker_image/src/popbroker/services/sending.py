@@ -43,6 +43,7 @@ from popbroker.services.messages import MessageKind, OutgoingMessage, SendReceip
 from popbroker.services.settings import Clock, PopackSettings
 from popbroker.store.api import MessageToAppend, MessageType, Permission, StoreApi, TopicConfig
 from popbroker.store.errors import EmptyBody, MessageTooLarge
+from popbroker.values import per_message
 
 MAX_MESSAGE_GROUP_CHARS = 128
 MAX_TAG_CHARS = 128
@@ -77,7 +78,7 @@ class _Sent:
 _Settled = tuple[int, int, int, bool]
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class _Pending:
     """A new message of a request, waiting for the request's one append."""
 

@@ -30,6 +30,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from popbroker.values import per_message
+
 if TYPE_CHECKING:
     from popbroker.store.format import RecordFields
 
@@ -67,7 +69,7 @@ class ConsumeMode(enum.Enum):
     POP = "POP"
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class MessageToAppend:
     """A record to append. ``properties`` carries tag, keys and the message id."""
 
@@ -81,7 +83,7 @@ class MessageToAppend:
     flags: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class AppendResult:
     """Where an appended record landed."""
 
@@ -96,7 +98,7 @@ class AppendResult:
 MAX_READ_COUNT = 1024  # the most messages one read may ask for
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class StoredMessage:
     """A record read back from the commit log."""
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from popbroker.store import format as fmt
 from popbroker.store.errors import CorruptStore, StoreFull
 from popbroker.store.segments import SegmentedFile
+from popbroker.values import per_message
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ READ_GAP_BYTES = 64 * 1024  # bulk reads: records this close are read in one spa
 READ_SPAN_BYTES = 4 * 1024 * 1024  # ... of at most this many bytes
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class RecordFields:
     """Everything of a record but its position, already encoded to bytes."""
 
@@ -73,7 +74,7 @@ class RecordFields:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class UnplacedAt:
     """An unplaced record (``format.encode_unplaced``) with its queue offset and store time;
     the commit log gives it its position."""
@@ -98,7 +99,7 @@ class UnplacedAt:
 Placeable = RecordFields | UnplacedAt
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class Placed:
     physical_offset: int
     size: int

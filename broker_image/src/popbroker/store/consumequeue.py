@@ -15,14 +15,14 @@ offsets strictly increase.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from popbroker.store import format as fmt
 from popbroker.store.segments import SegmentedFile
+from popbroker.values import per_message
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class Entry:
     queue_offset: int
     physical_offset: int

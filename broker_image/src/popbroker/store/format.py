@@ -52,6 +52,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from popbroker.values import per_message
+
 MAGIC_MESSAGE_V1 = 0xB1
 MAGIC_END_OF_SEGMENT = 0xE0
 
@@ -77,7 +79,7 @@ class FormatError(ValueError):
     """Bytes that are not a valid record at this position."""
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class Record:
     """A decoded commit-log record."""
 

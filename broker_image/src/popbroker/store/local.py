@@ -54,7 +54,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
@@ -101,6 +100,7 @@ from popbroker.store.flushing import Flusher
 from popbroker.store.metadata import Metadata
 from popbroker.store.offsets import OffsetTable
 from popbroker.store.settings import StoreSettings
+from popbroker.values import per_message
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class _Dispatch:
     """A placed record waiting to be indexed (in SYNC mode: until it is flushed)."""
 
@@ -170,7 +170,7 @@ class ArrivalStream:
 _Item = TypeVar("_Item", MessageToAppend, bytes)
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class _Prepared:
     """A checked message or unplaced record of an append, before it gets its queue offset:
     either the encoded parts of a message (topic, born host, properties, the message) or
