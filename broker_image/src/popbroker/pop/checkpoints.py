@@ -35,10 +35,10 @@ Callers: :mod:`popbroker.pop.checkpointbuffer` (in-memory CKs),
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from popbroker.pop import errors
+from popbroker.values import per_message
 
 MAX_CHECKPOINT_MESSAGES = 32
 
@@ -62,7 +62,7 @@ class QueueKey(NamedTuple):
     queue_id: int
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class Checkpoint:
     """One popped batch of one queue (see the module docstring for fields and invariants)."""
 
