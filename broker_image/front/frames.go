@@ -78,8 +78,8 @@ type answer struct {
 type frameConn struct {
 	c       net.Conn
 	writeMu sync.Mutex
-	queued  net.Buffers // frames waiting for the write in progress (writeMu)
-	writing bool        // a caller is writing: it sends what is queued (writeMu)
+	queued  net.Buffers   // frames for the writer goroutine (writeMu)
+	wake    chan struct{} // capacity 1: frames were queued
 	mu      sync.Mutex
 	pending map[uint32]chan answer
 	nextID  uint32
@@ -156,35 +156,44 @@ func (fc *frameConn) forget(id uint32) {
 	}
 }
 
-// write sends frame, or queues it for the caller whose write is in progress:
-// calls that arrive while one is written go together in the next write (one
-// writev), as a group commit does. A failed write fails the connection, and
-// with it every call whose frame it carried.
+// write queues frame for the connection's writer goroutine; an error only when
+// the connection is already lost. Frames queued while a write is in progress go
+// together in the next one (one writev), as a group commit does, and no caller
+// waits for others' frames to be written. A failed write fails the connection,
+// and with it every call in flight.
 func (fc *frameConn) write(frame []byte) error {
+	select {
+	case <-fc.dead:
+		return fc.err
+	default:
+	}
 	fc.writeMu.Lock()
 	fc.queued = append(fc.queued, frame)
-	if fc.writing {
-		fc.writeMu.Unlock()
-		return nil
+	fc.writeMu.Unlock()
+	select {
+	case fc.wake <- struct{}{}:
+	default: // already woken: it will take this frame too
 	}
-	fc.writing = true
-	for len(fc.queued) > 0 {
+	return nil
+}
+
+// writeFrames is the connection's writer goroutine (see write).
+func (fc *frameConn) writeFrames() {
+	for {
+		select {
+		case <-fc.dead:
+			return
+		case <-fc.wake:
+		}
+		fc.writeMu.Lock()
 		batch := fc.queued
 		fc.queued = nil
 		fc.writeMu.Unlock()
-		_, err := batch.WriteTo(fc.c)
-		fc.writeMu.Lock()
-		if err != nil {
-			fc.queued = nil
-			fc.writing = false
-			fc.writeMu.Unlock()
-			go fc.fail(err)
-			return err
+		if _, err := batch.WriteTo(fc.c); err != nil {
+			fc.fail(err)
+			return
 		}
 	}
-	fc.writing = false
-	fc.writeMu.Unlock()
-	return nil
 }
 
 // frames is popfront's client of popack's frames socket.
@@ -228,8 +237,11 @@ func (f *frames) connection() *frameConn {
 	if err != nil {
 		return nil
 	}
-	f.conn = &frameConn{c: c, pending: map[uint32]chan answer{}, dead: make(chan struct{})}
+	f.conn = &frameConn{
+		c: c, pending: map[uint32]chan answer{}, dead: make(chan struct{}), wake: make(chan struct{}, 1),
+	}
 	go f.conn.readAnswers()
+	go f.conn.writeFrames()
 	log.Printf("hot calls go framed to %s", f.path)
 	return f.conn
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -294,7 +295,7 @@ func TestAFailedWriteFailsTheCallsQueuedBehindIt(t *testing.T) {
 	first := callAsync(context.Background(), fc, framedMethodSend, []byte("first"))
 	<-conn.writing
 	second := callAsync(context.Background(), fc, framedMethodSend, []byte("second"))
-	for queued := 0; queued == 0; { // the second frame waits for the write in progress
+	for queued := 0; queued == 0; runtime.Gosched() { // the second frame waits for the write in progress
 		fc.writeMu.Lock()
 		queued = len(fc.queued)
 		fc.writeMu.Unlock()
