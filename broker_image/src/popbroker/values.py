@@ -11,7 +11,7 @@ CPU under the load generator's produce phase (``bench.profile_shapes``).
 A class decorated with :func:`per_message` is, to the type checker, a frozen slotted
 dataclass (PEP 681 ``dataclass_transform``, ``frozen_default``): mypy refuses an
 assignment to a field, as for ``dataclass(frozen=True)``
-(``tests/unit/test_values.py`` checks that it does). At run time it is a slotted
+(``tests/unit/broker/test_values.py`` checks that it does). At run time it is a slotted
 dataclass with the plain ``__init__`` and the same equality and field hash as the frozen
 one. Immutability is therefore a checked rule of the code, not a run-time guard: use this
 only for values on a per-message path, and plain ``dataclass(frozen=True, slots=True)``

@@ -155,7 +155,7 @@ class _Outbox:
     def _flush(self) -> None:
         frames, self._frames = self._frames, []
         if not self._writer.is_closing():
-            self._writer.write(frames[0] if len(frames) == 1 else b"".join(frames))
+            self._writer.write(b"".join(frames))  # one frame: joined without a copy
 
 
 class FrameServer:
