@@ -1,0 +1,202 @@
+package main
+
+// Appends encoded in the front (WORK IN PROGRESS, not wired): popfront turns
+// each v2 Message of a SendMessage into the commit-log record popack would
+// store, so popack neither converts nor encodes it. The reference is Python's
+// chain popbroker.grpc.convert.outgoing_message -> messages.to_store_properties
+// -> store.appending.encode_unplaced; testdata/appends.json holds its records
+// for a set of messages and the tests compare the two as decoded records.
+//
+// popfront never refuses a message: a message that is not plainly valid goes
+// as an 'X' item and popack takes it the reference way, so the error codes and
+// texts stay Python's alone. Item layouts, big-endian:
+//
+//	'A'  u8 kind  u16 len + topic  u16 len + message id  u16 len + tag (0xFFFF: none)
+//	     u16 len + message group (0xFFFF: none)  u32 body size
+//	     u16 user properties  u32 their bytes (keys and values, as popack counts them)
+//	     the unplaced record (queue id 0: popack writes the queue it chooses)
+//
+// popack still runs every check on the head (the topic's config, the id, tag,
+// group, the limits on body and user properties); what it cannot see there --
+// the keys and the user properties' names and bytes -- popfront checks, and
+// routes anything it is not sure of (a key Python's str.strip might call blank)
+// to 'X'.
+//	'X'  the serialized v2 Message
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/protobuf/proto"
+)
+
+const (
+	itemAppend    = 'A'
+	itemReference = 'X'
+	noString      = 0xFFFF
+
+	maxFastUserProperties = 16 // more: the reference path (its limits are settings)
+	maxFastTagChars       = 128
+	maxNameBytes          = 255   // topic and born host, as the record's u8 lengths
+	recordQueueIDAt       = 9 + 8 // after the prefix and the physical offset
+)
+
+// fastKinds are the message kinds the fast path takes; DELAY goes to the revive
+// log by rules popack keeps, transactions are refused there.
+var fastKinds = map[v2.MessageType]bool{v2.MessageType_NORMAL: true, v2.MessageType_FIFO: true}
+
+// appendItem is the item popack gets for m (see the file comment).
+func appendItem(m *v2.Message) ([]byte, error) {
+	if record, ok := unplacedRecord(m); ok {
+		sp := m.GetSystemProperties()
+		out := []byte{itemAppend, byte(sp.GetMessageType())}
+		out = appendString16(out, m.GetTopic().GetName())
+		out = appendString16(out, sp.GetMessageId())
+		out = appendOptional16(out, sp.Tag)
+		out = appendOptional16(out, sp.MessageGroup)
+		out = binary.BigEndian.AppendUint32(out, uint32(len(m.GetBody())))
+		userBytes := 0
+		for key, value := range m.GetUserProperties() {
+			userBytes += len(key) + len(value)
+		}
+		out = binary.BigEndian.AppendUint16(out, uint16(len(m.GetUserProperties())))
+		out = binary.BigEndian.AppendUint32(out, uint32(userBytes))
+		return append(out, record...), nil
+	}
+	raw, err := proto.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte{itemReference}, raw...), nil
+}
+
+// unplacedRecord is m as an unplaced record, false when m must take the reference path.
+func unplacedRecord(m *v2.Message) ([]byte, bool) {
+	sp := m.GetSystemProperties()
+	topic, body := m.GetTopic().GetName(), m.GetBody()
+	if sp == nil || !fastKinds[sp.GetMessageType()] || sp.DeliveryTimestamp != nil ||
+		len(body) == 0 || topic == "" || len(topic) > maxNameBytes ||
+		len(sp.GetBornHost()) > maxNameBytes || blank(sp.GetMessageId()) {
+		return nil, false
+	}
+	if sp.Tag != nil {
+		tag := sp.GetTag()
+		if blank(tag) || strings.Contains(tag, "|") || utf8.RuneCountInString(tag) > maxFastTagChars {
+			return nil, false
+		}
+	}
+	for _, key := range sp.GetKeys() {
+		if !word(key) {
+			return nil, false
+		}
+	}
+	if sp.GetMessageType() == v2.MessageType_FIFO && blank(sp.GetMessageGroup()) {
+		return nil, false
+	}
+	user := m.GetUserProperties()
+	if len(user) > maxFastUserProperties {
+		return nil, false
+	}
+	properties := make([]byte, 0, 256)
+	for key, value := range user {
+		if key == "" || reserved(key) || separated(key) || separated(value) {
+			return nil, false
+		}
+		properties = appendProperty(properties, key, value)
+	}
+	properties = appendProperty(properties, propUniqueID, sp.GetMessageId())
+	if sp.GetTag() != "" {
+		properties = appendProperty(properties, propTags, sp.GetTag())
+	}
+	if len(sp.GetKeys()) > 0 {
+		properties = appendProperty(properties, propKeys, strings.Join(sp.GetKeys(), keySeparator))
+	}
+	if sp.GetMessageGroup() != "" {
+		properties = appendProperty(properties, propGroup, sp.GetMessageGroup())
+	}
+	if separated(sp.GetMessageId()) || separated(sp.GetTag()) || separated(sp.GetMessageGroup()) ||
+		separated(strings.Join(sp.GetKeys(), "")) {
+		return nil, false
+	}
+	var bornMS int64
+	if ts := sp.GetBornTimestamp(); ts != nil {
+		if ts.GetNanos() < 0 || ts.GetNanos() >= 1_000_000_000 {
+			return nil, false // Python floors, Go truncates: leave it to the reference
+		}
+		bornMS = ts.GetSeconds()*1000 + int64(ts.GetNanos())/1_000_000
+	}
+	return encodeUnplaced(topic, sp.GetBornHost(), bornMS, properties, body), true
+}
+
+// encodeUnplaced lays out a version-1 record (popbroker/store/format.py) whose
+// physical offset, queue id, queue offset and store time are zero.
+func encodeUnplaced(topic, bornHost string, bornMS int64, properties, body []byte) []byte {
+	size := recordFixedEnd + 1 + len(topic) + 1 + len(bornHost) + 4 + len(properties) + 4 + len(body)
+	out := make([]byte, 9, size)
+	binary.BigEndian.PutUint32(out[0:4], uint32(size))
+	out[4] = recordMagicV1
+	out = binary.BigEndian.AppendUint64(out, 0) // physical offset
+	out = binary.BigEndian.AppendUint32(out, 0) // queue id
+	out = binary.BigEndian.AppendUint64(out, 0) // queue offset
+	out = binary.BigEndian.AppendUint16(out, 0) // flags
+	out = binary.BigEndian.AppendUint64(out, uint64(bornMS))
+	out = binary.BigEndian.AppendUint64(out, 0) // store time
+	out = binary.BigEndian.AppendUint32(out, 0) // reconsume times
+	out = append(out, byte(len(topic)))
+	out = append(out, topic...)
+	out = append(out, byte(len(bornHost)))
+	out = append(out, bornHost...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(properties)))
+	out = append(out, properties...)
+	out = binary.BigEndian.AppendUint32(out, uint32(len(body)))
+	out = append(out, body...)
+	binary.BigEndian.PutUint32(out[5:9], crc32.ChecksumIEEE(out[9:]))
+	return out
+}
+
+func appendProperty(out []byte, key, value string) []byte {
+	out = append(out, key...)
+	out = append(out, propertySep)
+	out = append(out, value...)
+	return append(out, pairSep)
+}
+
+func appendString16(out []byte, s string) []byte {
+	out = binary.BigEndian.AppendUint16(out, uint16(len(s)))
+	return append(out, s...)
+}
+
+func appendOptional16(out []byte, s *string) []byte {
+	if s == nil {
+		return binary.BigEndian.AppendUint16(out, noString)
+	}
+	return appendString16(out, *s)
+}
+
+func blank(s string) bool { return strings.TrimSpace(s) == "" }
+
+// word: a key the reference surely accepts (non-empty, every rune graphic and
+// not a space in Go's sense or a separator in Unicode's, which covers every
+// character Python's str.isspace calls a space).
+func word(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsGraphic(r) || unicode.IsSpace(r) || unicode.In(r, unicode.Z) {
+			return false
+		}
+	}
+	return true
+}
+
+func reserved(key string) bool {
+	_, ok := reservedProperties[key]
+	return ok
+}
+
+func separated(s string) bool { return strings.ContainsAny(s, string([]byte{propertySep, pairSep})) }

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"hash/crc32"
+	"os"
+	"reflect"
+	"testing"
+
+	v2 "github.com/apache/rocketmq-clients/golang/v5/protocol/v2"
+	"google.golang.org/protobuf/proto"
+)
+
+// appendCases is testdata/appends.json, written by the Python reference
+// (tests/unit/services/front_appends.py).
+type appendCases struct {
+	Cases []struct {
+		Message string `json:"message"`
+		Record  string `json:"record"`
+		Error   string `json:"error"`
+	} `json:"cases"`
+}
+
+func TestAppendItemsCarryTheReferencesRecordAndOnlyForMessagesItAccepts(t *testing.T) {
+	raw, err := os.ReadFile("testdata/appends.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f appendCases
+	if err := json.Unmarshal(raw, &f); err != nil {
+		t.Fatal(err)
+	}
+	accepted, fast := 0, 0
+	for i, c := range f.Cases {
+		var m v2.Message
+		if err := proto.Unmarshal(decode64(t, c.Message), &m); err != nil {
+			t.Fatal(err)
+		}
+		if c.Error == "" {
+			accepted++
+		}
+		item, err := appendItem(&m)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		if item[0] == itemReference {
+			var back v2.Message
+			if err := proto.Unmarshal(item[1:], &back); err != nil || !proto.Equal(&back, &m) {
+				t.Errorf("case %d: the X item does not carry the message (%v)", i, err)
+			}
+			continue
+		}
+		fast++
+		if c.Error != "" {
+			t.Errorf("case %d: the reference refuses it (%s), popfront took the fast path", i, c.Error)
+			continue
+		}
+		record := skipAppendHead(t, item)
+		if got := crc32.ChecksumIEEE(record[9:]); got != binary.BigEndian.Uint32(record[5:9]) {
+			t.Errorf("case %d: CRC %08x does not match the record", i, got)
+		}
+		want := decode64(t, c.Record)
+		gotRec, err := parseRecord(record)
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		wantRec, _ := parseRecord(want)
+		if !reflect.DeepEqual(gotRec, wantRec) {
+			t.Errorf("case %d:\n got %+v\nwant %+v", i, gotRec, wantRec)
+		}
+		if topicOf(record) != topicOf(want) {
+			t.Errorf("case %d: topic %q, want %q", i, topicOf(record), topicOf(want))
+		}
+	}
+	if accepted == 0 || fast*10 < accepted*8 {
+		t.Fatalf("%d of the %d messages the reference accepts took the fast path; want >= 80%%", fast, accepted)
+	}
+}
+
+func skipAppendHead(t *testing.T, item []byte) []byte {
+	t.Helper()
+	r := reader{item[2:]}
+	for range 2 {
+		if _, err := r.string16(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 { // tag and group: 0xFFFF is none
+		head, err := r.take(2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := binary.BigEndian.Uint16(head); n != noString {
+			if _, err := r.take(int(n)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := r.take(4 + 2 + 4); err != nil { // body size, user properties, their bytes
+		t.Fatal(err)
+	}
+	return r.b
+}
+
+func topicOf(record []byte) string {
+	n := int(record[recordFixedEnd])
+	return string(record[recordFixedEnd+1 : recordFixedEnd+1+n])
+}
