@@ -113,10 +113,12 @@ def front_argv(
     port_file: Path,
     tls: tuple[str, ...] = (),
     frames: bool = True,
+    metrics_listen: str | None = None,
 ) -> list[str]:
     """popfront on ``listen`` (host:port), forwarding to popack on ``socket_path``,
     writing its bound port to ``port_file``; ``tls`` is ``-tls-cert F -tls-key F`` or empty;
-    ``frames`` False keeps every call on gRPC (``-frames off``, for comparisons)."""
+    ``frames`` False keeps every call on gRPC (``-frames off``, for comparisons);
+    ``metrics_listen`` (host:port) serves popfront's /metrics."""
     return [
         str(binary),
         "-listen", listen,
@@ -124,6 +126,7 @@ def front_argv(
         "-port-file", str(port_file),
         *tls,
         *(() if frames else ("-frames", "off")),
+        *(() if metrics_listen is None else ("-metrics-listen", metrics_listen)),
     ]  # fmt: skip
 
 

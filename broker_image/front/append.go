@@ -1,27 +1,29 @@
 package main
 
-// Appends encoded in the front (WORK IN PROGRESS, not wired): popfront turns
-// each v2 Message of a SendMessage into the commit-log record popack would
-// store, so popack neither converts nor encodes it. The reference is Python's
+// Sends encoded in the front: popfront turns each v2 Message of a SendMessage
+// into the commit-log record popack would store, and asks popack's framed
+// FRONT_SEND instead (popbroker.grpc.frontappends has the protocol and why), so
+// popack neither converts nor encodes the message. The reference is Python's
 // chain popbroker.grpc.convert.outgoing_message -> messages.to_store_properties
 // -> store.appending.encode_unplaced; testdata/appends.json holds its records
 // for a set of messages and the tests compare the two as decoded records.
 //
 // popfront never refuses a message: a message that is not plainly valid goes
 // as an 'X' item and popack takes it the reference way, so the error codes and
-// texts stay Python's alone. Item layouts, big-endian:
+// texts stay Python's alone. The request is the items in order, each as u32
+// length + item; item layouts, big-endian:
 //
 //	'A'  u8 kind  u16 len + topic  u16 len + message id  u16 len + tag (0xFFFF: none)
 //	     u16 len + message group (0xFFFF: none)  u32 body size
 //	     u16 user properties  u32 their bytes (keys and values, as popack counts them)
 //	     the unplaced record (queue id 0: popack writes the queue it chooses)
+//	'X'  the serialized v2 Message
 //
 // popack still runs every check on the head (the topic's config, the id, tag,
 // group, the limits on body and user properties); what it cannot see there --
 // the keys and the user properties' names and bytes -- popfront checks, and
 // routes anything it is not sure of (a key Python's str.strip might call blank)
 // to 'X'.
-//	'X'  the serialized v2 Message
 
 import (
 	"encoding/binary"
@@ -35,6 +37,7 @@ import (
 )
 
 const (
+	frontSend     = "/popfleet.front.v1.Front/SendMessage"
 	itemAppend    = 'A'
 	itemReference = 'X'
 	noString      = 0xFFFF
@@ -48,6 +51,30 @@ const (
 // fastKinds are the message kinds the fast path takes; DELAY goes to the revive
 // log by rules popack keeps, transactions are refused there.
 var fastKinds = map[v2.MessageType]bool{v2.MessageType_NORMAL: true, v2.MessageType_FIFO: true}
+
+// frontSendRequest is the client's SendMessageRequest as FRONT_SEND's items, with
+// how many of its messages were encoded and how many it has; false when it does
+// not parse (popack then answers the client's request as is).
+func frontSendRequest(request frame) (frame, int, int, bool) {
+	var req v2.SendMessageRequest
+	if err := proto.Unmarshal(request, &req); err != nil {
+		return nil, 0, 0, false
+	}
+	out := make([]byte, 0, len(request)+64*len(req.GetMessages()))
+	encoded := 0
+	for _, m := range req.GetMessages() {
+		item, err := appendItem(m)
+		if err != nil {
+			return nil, 0, 0, false
+		}
+		if item[0] == itemAppend {
+			encoded++
+		}
+		out = binary.BigEndian.AppendUint32(out, uint32(len(item)))
+		out = append(out, item...)
+	}
+	return out, encoded, len(req.GetMessages()), true
+}
 
 // appendItem is the item popack gets for m (see the file comment).
 func appendItem(m *v2.Message) ([]byte, error) {

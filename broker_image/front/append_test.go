@@ -107,3 +107,44 @@ func topicOf(record []byte) string {
 	n := int(record[recordFixedEnd])
 	return string(record[recordFixedEnd+1 : recordFixedEnd+1+n])
 }
+
+func TestFrontSendRequestIsTheMessagesAsItemsInOrder(t *testing.T) {
+	group := "g1"
+	normal := &v2.Message{
+		Topic: &v2.Resource{Name: "orders"},
+		Body:  []byte("hello"),
+		SystemProperties: &v2.SystemProperties{
+			MessageId: "ID-1", MessageType: v2.MessageType_FIFO, MessageGroup: &group,
+		},
+	}
+	delayed := proto.Clone(normal).(*v2.Message)
+	delayed.SystemProperties.MessageId = "ID-2"
+	delayed.SystemProperties.MessageType = v2.MessageType_DELAY
+	request, err := proto.Marshal(&v2.SendMessageRequest{Messages: []*v2.Message{normal, delayed}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	items, encoded, total, ok := frontSendRequest(request)
+	if !ok || encoded != 1 || total != 2 {
+		t.Fatalf("ok %v, encoded %d of %d; want 1 of 2", ok, encoded, total)
+	}
+	var kinds []byte
+	for rest := []byte(items); len(rest) > 0; {
+		size := binary.BigEndian.Uint32(rest)
+		item := rest[4 : 4+size]
+		kinds = append(kinds, item[0])
+		if item[0] == itemReference {
+			var m v2.Message
+			if err := proto.Unmarshal(item[1:], &m); err != nil || m.GetSystemProperties().GetMessageId() != "ID-2" {
+				t.Fatalf("X item: %v, %v", err, &m)
+			}
+		}
+		rest = rest[4+size:]
+	}
+	if string(kinds) != "AX" {
+		t.Fatalf("item kinds %q, want \"AX\" (DELAY goes the reference way)", kinds)
+	}
+	if _, _, _, ok := frontSendRequest(frame{0x0a, 0xff}); ok {
+		t.Fatal("a request that does not parse must go to popack as it is")
+	}
+}

@@ -42,6 +42,7 @@ type frontMetrics struct {
 	seconds  *prometheus.HistogramVec
 	inFlight prometheus.Gauge
 	items    *prometheus.CounterVec
+	sent     *prometheus.CounterVec
 	upstream *prometheus.CounterVec
 }
 
@@ -65,12 +66,16 @@ func newFrontMetrics() *frontMetrics {
 			Name: "popfleet_front_receive_responses_total",
 			Help: "ReceiveMessage responses popfront streamed: built here from a delivery, or sent as popack serialized them.",
 		}, []string{"source"}),
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "popfleet_front_sent_messages_total",
+			Help: "Messages of framed SendMessage calls: encoded here as records, or passed to popack as the client sent them (the reference path).",
+		}, []string{"encoding"}),
 		upstream: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "popfleet_front_upstream_calls_total",
 			Help: "Calls popfront made to popack, by transport: framed (popack's frames socket) or grpc.",
 		}, []string{"transport"}),
 	}
-	m.registry.MustRegister(m.calls, m.seconds, m.inFlight, m.items, m.upstream,
+	m.registry.MustRegister(m.calls, m.seconds, m.inFlight, m.items, m.sent, m.upstream,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -102,6 +107,15 @@ func (m *frontMetrics) responses(built, forwarded int) {
 	}
 	m.items.WithLabelValues("built").Add(float64(built))
 	m.items.WithLabelValues("popack").Add(float64(forwarded))
+}
+
+// sentMessages counts the messages of one framed send by how they went.
+func (m *frontMetrics) sentMessages(encoded, reference int) {
+	if m == nil {
+		return
+	}
+	m.sent.WithLabelValues("record").Add(float64(encoded))
+	m.sent.WithLabelValues("reference").Add(float64(reference))
 }
 
 // upstreamCall counts one call to popack by its transport.

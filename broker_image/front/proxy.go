@@ -18,6 +18,7 @@ import (
 
 const (
 	v2Receive    = "/apache.rocketmq.v2.MessagingService/ReceiveMessage"
+	v2Send       = "/apache.rocketmq.v2.MessagingService/SendMessage"
 	frontReceive = "/popfleet.front.v1.Front/ReceiveMessage"
 )
 
@@ -154,6 +155,12 @@ func (p *proxy) invoke(ctx context.Context, method string, request frame) (frame
 	if p.frames != nil && framedMethods[method] {
 		if fc := p.frames.connection(); fc != nil {
 			p.metrics.upstreamCall(true)
+			if method == v2Send {
+				if items, encoded, total, ok := frontSendRequest(request); ok {
+					p.metrics.sentMessages(encoded, total-encoded)
+					method, request = frontSend, items
+				}
+			}
 			reply, err := fc.call(ctx, method, request)
 			return reply, nil, nil, err
 		}

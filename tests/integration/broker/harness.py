@@ -16,9 +16,11 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,6 +76,13 @@ def _wait_for(
         time.sleep(0.02)
 
 
+def _free_loopback_port() -> int:
+    """A loopback port free now (popfront's metrics listener takes no port file)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
 @dataclass
 class BrokerProcess:
     """A running broker (one ``all`` process, or store + popack + revive)."""
@@ -87,6 +96,7 @@ class BrokerProcess:
     role_args: dict[str, list[str]] = field(default_factory=dict)
     extra_args: Mapping[str, Sequence[str]] = field(default_factory=dict)  # role -> more flags
     host: str = "127.0.0.1"  # the loopback address the client endpoint listens on
+    front_metrics_port: int = 0  # popfront's /metrics (front modes)
 
     @property
     def endpoint(self) -> str:
@@ -117,6 +127,15 @@ class BrokerProcess:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=STOP_TIMEOUT_S)
         self.procs.remove(proc)
+
+    def front_metric(self, sample: str) -> float:
+        """The value of one sample (name and labels, as exposed) on popfront's /metrics."""
+        url = f"http://127.0.0.1:{self.front_metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as reply:
+            for line in reply.read().decode().splitlines():
+                if line.startswith(sample + " "):
+                    return float(line.split()[-1])
+        raise LookupError(f"{sample} is not on popfront's /metrics")
 
     @property
     def front(self) -> bool:
@@ -184,12 +203,14 @@ class BrokerProcess:
         """Start popfront first (its port is what routes name); the endpoint's flags."""
         front_port_file = self.work_dir / "front-port"
         socket_path = self.work_dir / "popack.sock"
+        self.front_metrics_port = _free_loopback_port()
         argv = gobuild.front_argv(
             gobuild.ensure_built(gobuild.FRONT),
             listen=f"{self.host}:0",
             socket_path=socket_path,
             port_file=front_port_file,
             tls=tuple(self._take_tls_flags()),
+            metrics_listen=f"127.0.0.1:{self.front_metrics_port}",
         )
         log = (self.work_dir / "popfront.log").open("ab")
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)

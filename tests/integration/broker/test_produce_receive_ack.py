@@ -26,6 +26,8 @@ def test_send_receive_ack(broker: BrokerProcess) -> None:
             for i in range(20)
         }
     assert len(sent) == 20
+    if broker.front:  # popfront encoded them (popbroker.grpc.frontappends)
+        assert broker.front_metric('popfleet_front_sent_messages_total{encoding="record"}') == 20
     with oc.simple_consumer(broker.endpoint, GROUP, TOPIC) as consumer:
         got = oc.receive_until(consumer, 20)
         assert sorted(m.message_id for m in got) == sorted(sent)

@@ -1,14 +1,19 @@
-"""``popbroker.grpc.frontappends.parse_item`` (WORK IN PROGRESS): the items popfront's
-``append.go`` lays out, and malformed ones refused with ``MalformedItem``."""
+"""``popbroker.grpc.frontappends``: the items popfront's ``append.go`` lays out, a
+``FRONT_SEND`` request of them, and malformed ones refused (per item, or the request)."""
 
 from __future__ import annotations
 
 import struct
 
+import grpc
 import pytest
 
-from popbroker.grpc.frontappends import FrontAppend, MalformedItem, parse_item
+from popbroker.grpc import frontframes
+from popbroker.grpc.frontappends import FrontSend, MalformedItem, MalformedRequest, parse_item
 from popbroker.grpc.protocol import definition
+from popbroker.services.messages import EncodedMessage, MessageKind, OutgoingMessage
+from popbroker.store.appending import encode_unplaced
+from popbroker.store.api import MessageToAppend
 
 
 def _s(text: str) -> bytes:
@@ -16,33 +21,53 @@ def _s(text: str) -> bytes:
     return struct.pack(">H", len(raw)) + raw
 
 
-def _item(*, tag: str | None, group: str | None, record: bytes) -> bytes:
+def _record(topic: str = "orders") -> bytes:
+    return encode_unplaced(MessageToAppend(topic=topic, queue_id=0, body=b"hello"))
+
+
+def _item(
+    *, tag: str | None = None, group: str | None = None, topic: str = "orders", record: bytes
+) -> bytes:
     none = struct.pack(">H", 0xFFFF)
     return b"".join(
         (
-            b"A\x01",
-            _s("orders"),
+            b"A\x02",  # FIFO on the wire
+            _s(topic),
             _s("ID-1"),
             none if tag is None else _s(tag),
             none if group is None else _s(group),
-            struct.pack(">IHI", 1024, 2, 30),
+            struct.pack(">IHI", 5, 2, 30),
             record,
         )
     )
 
 
+def _request(*items: bytes) -> bytes:
+    return b"".join(struct.pack(">I", len(item)) + item for item in items)
+
+
+def _x(topic: str, message_id: str) -> bytes:
+    message = definition.Message()
+    message.topic.name = topic
+    message.body = b"hello"
+    message.system_properties.message_id = message_id
+    message.system_properties.message_type = definition.NORMAL
+    return b"X" + message.SerializeToString()
+
+
 def test_an_a_item_gives_its_head_and_record() -> None:
-    parsed = parse_item(_item(tag="标签", group=None, record=b"RECORD"))
-    assert parsed == FrontAppend(1, "orders", "ID-1", "标签", None, 1024, 2, 30, b"RECORD")
-    assert parse_item(_item(tag=None, group="", record=b"")).message_group == ""
+    record = _record()
+    parsed = parse_item(_item(tag="标签", record=record))
+    assert parsed == EncodedMessage(
+        "orders", "ID-1", MessageKind.FIFO, "标签", None, 5, 2, 30, record
+    )
+    assert parse_item(_item(group="", record=record)).message_group == ""
 
 
 def test_an_x_item_gives_the_message() -> None:
-    message = definition.Message()
-    message.topic.name = "orders"
-    message.body = b"hello"
-    parsed = parse_item(b"X" + message.SerializeToString())
-    assert parsed == message
+    parsed = parse_item(_x("orders", "M"))
+    assert parsed.topic.name == "orders"
+    assert parsed.system_properties.message_id == "M"
 
 
 @pytest.mark.parametrize(
@@ -55,8 +80,34 @@ def test_an_x_item_gives_the_message() -> None:
         b"A\x01" + struct.pack(">H", 9) + b"or",  # a string cut short
         b"A\x01" + struct.pack(">H", 2) + b"\xff\xfe",  # not UTF-8
         b"X\xff\xff\xff",  # not a Message
+        _item(record=b""),  # no record
+        _item(topic="orders", record=_record("payments")),  # the head names another topic
     ],
 )
 def test_a_malformed_item_is_refused(item: bytes) -> None:
     with pytest.raises(MalformedItem):
         parse_item(item)
+
+
+def test_a_request_answers_per_item_and_names_its_topics_as_the_auth_guard_reads_them() -> None:
+    record = _record()
+    send = FrontSend.parse(
+        _request(_item(record=record), b"Zbad", _x("orders", "M2"), _x("", "M3"))
+    )
+    encoded, malformed, decoded, refused = send.converted
+    assert isinstance(encoded, EncodedMessage) and encoded.record == record
+    assert isinstance(malformed, MalformedItem)
+    assert isinstance(decoded, OutgoingMessage) and decoded.message_id == "M2"
+    assert isinstance(refused, OutgoingMessage) and refused.topic == ""  # the sender refuses it
+    assert send.message_ids == ["ID-1", "", "M2", "M3"]
+    assert send.topics == {"orders", ""}
+    assert sorted(m.topic.name for m in send.messages) == ["", "orders"]
+    assert FrontSend.parse(b"").converted == []
+
+
+@pytest.mark.parametrize("raw", [b"\x00\x00\x01", struct.pack(">I", 9) + b"short"])
+def test_a_request_cut_short_is_refused_as_invalid_argument(raw: bytes) -> None:
+    with pytest.raises(MalformedRequest):
+        FrontSend.parse(raw)
+    code, _ = frontframes.failure("FRONT_SEND", MalformedRequest("cut"))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT.value[0]

@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from popbroker.grpc import front, frontframes
+from popbroker.grpc import front, frontappends, frontframes
 from popbroker.grpc.handlers import SERVICE_PREFIX
-from popbroker.grpc.protocol import service
+from popbroker.grpc.protocol import definition, service
 from popbroker.store.wire import frames
 
 SEND = SERVICE_PREFIX + "SendMessage"
@@ -159,6 +159,19 @@ async def test_the_batched_receive_is_seen_by_the_chain_as_receive_message() -> 
     messages = [service.ReceiveMessageResponse.FromString(i[1:]).status.message for i in items]
     assert [i[:1] for i in items] == [front.ITEM_RESPONSE] * 2
     assert messages == ["billing", "second"]
+
+
+async def test_a_send_encoded_in_the_front_is_seen_by_the_chain_as_send_message() -> None:
+    seen: list[str] = []
+    item = b"X" + definition.Message(topic={"name": "orders"}).SerializeToString()
+    raw = encode_envelope(
+        struct.pack(">I", len(item)) + item,
+        metadata=[("x-mq-client-id", "client-7")],
+        timeout_ms=5000,
+    )
+    answer = await framed(Servicer(), seen).call(frontappends.FRONT_SEND, raw)
+    assert seen == [SEND]
+    assert service.SendMessageResponse.FromString(answer).status.message == "client-7 orders True"
 
 
 async def test_a_bug_in_a_handler_is_logged_and_answered_internal(

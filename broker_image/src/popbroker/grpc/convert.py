@@ -113,6 +113,11 @@ def client_kind(client_type: int) -> ClientKind:
     return _CLIENT_KINDS.get(client_type, ClientKind.OTHER)
 
 
+def message_kind(wire_type: int) -> MessageKind:
+    """The kind a v2 ``MessageType`` declares (``UNSUPPORTED`` for kinds popfleet lacks)."""
+    return _WIRE_TO_KIND.get(wire_type, MessageKind.UNSUPPORTED)
+
+
 def outgoing_message(message: Any) -> OutgoingMessage:
     """A producer's ``Message`` as a service value."""
     props = message.system_properties
@@ -124,7 +129,7 @@ def outgoing_message(message: Any) -> OutgoingMessage:
         topic=message.topic.name,
         body=bytes(message.body),
         message_id=props.message_id,
-        kind=_WIRE_TO_KIND.get(props.message_type, MessageKind.UNSUPPORTED),
+        kind=message_kind(props.message_type),
         tag=props.tag if props.HasField("tag") else None,
         keys=tuple(props.keys),
         message_group=props.message_group if props.HasField("message_group") else None,

@@ -38,12 +38,14 @@ from typing import Any
 
 import grpc
 
+from popbroker.grpc import frontappends
 from popbroker.grpc.handlers import SERVICE_PREFIX
 from popbroker.services.messages import DeliveredMessage
 from popbroker.values import per_message
 
 FRONT_RECEIVE = "/popfleet.front.v1.Front/ReceiveMessage"
 V2_RECEIVE = SERVICE_PREFIX + "ReceiveMessage"
+V2_SEND = SERVICE_PREFIX + "SendMessage"
 
 _RESPONSES_TAG = b"\x0a"  # field 1, wire type 2 (length-delimited)
 ITEM_RESPONSE = b"R"
@@ -120,19 +122,31 @@ def encode_batch(serialized: Sequence[bytes]) -> bytes:
 
 
 class FrontBatching(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Serves ``FRONT_RECEIVE`` as the collected v2 ``ReceiveMessage`` (module docstring)."""
+    """Serves ``FRONT_RECEIVE`` as the collected v2 ``ReceiveMessage`` (module docstring),
+    and ``FRONT_SEND`` as the v2 ``SendMessage`` of a
+    :class:`~popbroker.grpc.frontappends.FrontSend` (that module's docstring)."""
 
     async def intercept_service(
         self,
         continuation: Callable[[Any], Awaitable[Any]],
         handler_call_details: Any,
     ) -> Any:
-        if handler_call_details.method != FRONT_RECEIVE:
+        method = handler_call_details.method
+        if method not in (FRONT_RECEIVE, frontappends.FRONT_SEND):
             return await continuation(handler_call_details)
         # grpc.aio's continuation accepts only its own details type (a Cython class
         # built from method and metadata), so the renamed details are one of those.
-        details = type(handler_call_details)(V2_RECEIVE, handler_call_details.invocation_metadata)
+        v2_method = V2_RECEIVE if method == FRONT_RECEIVE else V2_SEND
+        details = type(handler_call_details)(v2_method, handler_call_details.invocation_metadata)
         handler = await continuation(details)
+        if method == frontappends.FRONT_SEND:
+            if handler is None or handler.unary_unary is None:
+                return None
+            return grpc.unary_unary_rpc_method_handler(
+                handler.unary_unary,
+                request_deserializer=frontappends.FrontSend.parse,
+                response_serializer=handler.response_serializer,
+            )
         if handler is None or handler.unary_stream is None:
             return None
         streaming = handler.unary_stream

@@ -9,7 +9,8 @@ moved its unary calls to length-prefixed frames (``popbroker.store.wire.frames``
 The decision and its figures: ``docs/design/2026-11-28-front-frames.md``.
 
 What travels framed (:data:`FRAMED_METHODS`): ``SendMessage``, ``AckMessage``,
-``ChangeInvisibleDuration`` and the batched receive (``popbroker.grpc.front.FRONT_RECEIVE``).
+``ChangeInvisibleDuration``, the batched receive (``popbroker.grpc.front.FRONT_RECEIVE``)
+and sends encoded in the front (``popbroker.grpc.frontappends.FRONT_SEND``, framed only).
 Everything else (routes, heartbeats, Telemetry's stream, the lite-pull RPCs) stays on
 gRPC, and so does every call while the frames socket is not there: popfront uses the frames
 only once it has connected to them and falls back to gRPC when they go.
@@ -44,7 +45,7 @@ from typing import Any, Final, NamedTuple
 
 import grpc
 
-from popbroker.grpc import front
+from popbroker.grpc import front, frontappends
 from popbroker.grpc.handlers import SERVICE_PREFIX
 from popbroker.grpc.protocol import service
 from popbroker.store.wire import frames
@@ -56,6 +57,7 @@ FRAMED_METHODS: Final = (
     SERVICE_PREFIX + "AckMessage",
     SERVICE_PREFIX + "ChangeInvisibleDuration",
     front.FRONT_RECEIVE,
+    frontappends.FRONT_SEND,
 )
 NO_TIMEOUT: Final = 0xFFFFFFFF
 _HEAD = struct.Struct(">IH")  # timeout ms, metadata count
@@ -188,7 +190,7 @@ class FramedCallError(Exception):
 def failure(method: str, exc: Exception) -> tuple[int, bytes]:
     """A framed call's exception as its answer: a bad envelope is ``INVALID_ARGUMENT``, a
     refusal keeps its code, anything else is logged and ``INTERNAL``."""
-    if isinstance(exc, EnvelopeError):
+    if isinstance(exc, EnvelopeError | frontappends.MalformedRequest):
         return grpc.StatusCode.INVALID_ARGUMENT.value[0], frames.failure_payload("", str(exc))
     if isinstance(exc, FramedCallError):
         return exc.code.value[0], frames.failure_payload("", str(exc))

@@ -40,11 +40,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from popbroker.grpc import convert, front, statuses
+from popbroker.grpc import convert, front, frontappends, statuses
 from popbroker.grpc.protocol import Code, MessagingServiceServicer, definition, service
 from popbroker.services import errors
 from popbroker.services.clients import ClientKind
-from popbroker.services.messages import OutgoingMessage
 from popbroker.services.popack import PopackServices
 from popbroker.services.routing import Endpoint
 
@@ -210,32 +209,40 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
     # -- producing ---------------------------------------------------------------------------
 
     async def SendMessage(self, request: Any, context: Any) -> Any:
-        if not request.messages:
-            return service.SendMessageResponse(
-                status=convert.status(Code.MESSAGE_CORRUPTED, "no message to send")
-            )
-        if len({m.topic.name for m in request.messages}) > 1:
-            return service.SendMessageResponse(
-                status=convert.status(Code.MESSAGE_CORRUPTED, "messages for several topics")
-            )
-        converted: list[OutgoingMessage | Exception] = []
+        if isinstance(request, frontappends.FrontSend):  # encoded by popfront
+            return await self._send(request.converted, request.message_ids, request.topics)
+        converted: list[frontappends.Converted] = []
         for message in request.messages:
             try:
                 converted.append(convert.outgoing_message(message))
             except Exception as exc:  # noqa: BLE001 - the edge answers every failure
                 converted.append(exc)
+        return await self._send(
+            converted,
+            [m.system_properties.message_id for m in request.messages],
+            {m.topic.name for m in request.messages},
+        )
+
+    async def _send(
+        self, converted: list[frontappends.Converted], message_ids: list[str], topics: set[str]
+    ) -> Any:
+        if not converted:
+            return service.SendMessageResponse(
+                status=convert.status(Code.MESSAGE_CORRUPTED, "no message to send")
+            )
+        if len(topics) > 1:
+            return service.SendMessageResponse(
+                status=convert.status(Code.MESSAGE_CORRUPTED, "messages for several topics")
+            )
         sendable = [m for m in converted if not isinstance(m, Exception)]
         outcomes = iter(await self._services.sender.send_batch(sendable))  # one store append
         response = service.SendMessageResponse()
         add = response.entries.add  # built in place: an entry passed to the constructor is copied
         ok = convert.ok()
-        for message, item in zip(request.messages, converted, strict=True):
+        for message_id, item in zip(message_ids, converted, strict=True):
             outcome = item if isinstance(item, Exception) else next(outcomes)
             if isinstance(outcome, Exception):
-                add(
-                    status=_failure(outcome, "SendMessage"),
-                    message_id=message.system_properties.message_id,
-                )
+                add(status=_failure(outcome, "SendMessage"), message_id=message_id)
             else:
                 add(status=ok, message_id=outcome.message_id, offset=outcome.queue_offset)
         response.status.CopyFrom(_common_status([e.status for e in response.entries]))

@@ -121,6 +121,25 @@ class OutgoingMessage:
 
 
 @per_message
+class EncodedMessage:
+    """A producer's message that the compiled front end already encoded as the store's
+    unplaced record (queue id 0: the sender writes the queue it chooses), with the fields
+    the sender checks and keys on. Only NORMAL and FIFO messages come this way; the
+    front end checked what the fields do not show (keys, property names) by the same
+    rules (``popbroker.grpc.frontappends``)."""
+
+    topic: str
+    message_id: str
+    kind: MessageKind
+    tag: str | None
+    message_group: str | None
+    body_size: int
+    user_properties: int  # how many
+    user_properties_bytes: int  # their keys' and values' UTF-8 bytes
+    record: bytes
+
+
+@per_message
 class SendReceipt:
     """Where a sent message landed (the same receipt is returned for a repeated id)."""
 

@@ -18,13 +18,20 @@ Steps for one request (one message or a producer's batch):
      twice (at-least-once).
   4. The queue: FIFO messages hash their message group (CRC32) onto the
      topic's write queues so one group keeps one order; others round-robin.
-  5. The new messages of the request are stored with **one** ``StoreApi.append``
+  5. The new messages of the request are stored with **one** store append
      (all or none): a DELAY message due in the future as a ``delay`` record in
      the revive log (:mod:`popbroker.services.delaying` delivers it when due),
      anything else in its queue. The append runs as its own task, so a client
      that gave up waiting does not cancel it under its own retry; if it fails,
      every message it carried gets the error and leaves the window (a retry then
      appends for real).
+
+A message comes as an :class:`OutgoingMessage` (decoded from the wire) or, from the
+compiled front end, as an :class:`EncodedMessage`: the unplaced record already encoded,
+with the fields steps 1-4 read. Step 2 checks what those fields show (the front end
+checked keys and property names by the same rules); step 5 writes the chosen queue into
+the record, and a request with any encoded message is appended as records
+(``StoreApi.append_records``, the others encoded here).
 
 Callers: the gRPC endpoint's SendMessage handler.
 """
@@ -39,9 +46,11 @@ from dataclasses import dataclass
 
 from popbroker.services import errors, messages, revivelog
 from popbroker.services.configcache import ConfigCache
-from popbroker.services.messages import MessageKind, OutgoingMessage, SendReceipt
+from popbroker.services.messages import EncodedMessage, MessageKind, OutgoingMessage, SendReceipt
 from popbroker.services.settings import Clock, PopackSettings
-from popbroker.store.api import MessageToAppend, MessageType, Permission, StoreApi, TopicConfig
+from popbroker.store import appending
+from popbroker.store import format as fmt
+from popbroker.store.api import AppendResult, MessageToAppend, MessageType, Permission, StoreApi, TopicConfig
 from popbroker.store.errors import EmptyBody, MessageTooLarge
 from popbroker.values import per_message
 
@@ -77,13 +86,16 @@ class _Sent:
 # 100-400 ms at 200k ids, the tail of the latency at half load).
 _Settled = tuple[int, int, int, bool]
 
+Sendable = OutgoingMessage | EncodedMessage
+_FRONT_KINDS = frozenset({MessageKind.NORMAL, MessageKind.FIFO})
+
 
 @per_message
 class _Pending:
     """A new message of a request, waiting for the request's one append."""
 
     topic: TopicConfig
-    message: OutgoingMessage
+    message: Sendable
     result: asyncio.Future[SendReceipt]
 
 
@@ -109,7 +121,7 @@ class Sender:
         self._sent: OrderedDict[tuple[str, str], _Sent | _Settled] = OrderedDict()
         self._appends: set[asyncio.Task[None]] = set()  # running appends (kept referenced)
 
-    async def send_batch(self, batch: Sequence[OutgoingMessage]) -> list[SendOutcome]:
+    async def send_batch(self, batch: Sequence[Sendable]) -> list[SendOutcome]:
         """Steps 1-5 for a request: a receipt or the error, per message, in order."""
         checked: list[TopicConfig | Exception] = []
         for message in batch:  # steps 1-2 (the only awaits before the append starts)
@@ -136,7 +148,7 @@ class Sender:
         return outcomes
 
     def _start_append(
-        self, batch: Sequence[OutgoingMessage], checked: Sequence[TopicConfig | Exception]
+        self, batch: Sequence[Sendable], checked: Sequence[TopicConfig | Exception]
     ) -> list[asyncio.Future[SendReceipt] | SendReceipt | Exception]:
         """Steps 3-5 without awaiting: a cancelled caller never leaves a window entry unresolved."""
         now_ms = self._clock()
@@ -167,7 +179,7 @@ class Sender:
             task.add_done_callback(self._appends.discard)
         return waits
 
-    def _forget(self, message: OutgoingMessage, result: asyncio.Future[SendReceipt]) -> None:
+    def _forget(self, message: Sendable, result: asyncio.Future[SendReceipt]) -> None:
         """A failed append may be retried for real: drop it from the window."""
         dedup_key = (message.topic, message.message_id)
         sent = self._sent.get(dedup_key)
@@ -198,7 +210,7 @@ class Sender:
                 break  # still in progress: it stays (the table overshoots by the in-flight sends)
             del sent[key]
 
-    def _validate(self, topic: TopicConfig, message: OutgoingMessage) -> None:
+    def _validate(self, topic: TopicConfig, message: Sendable) -> None:
         if not topic.perm & Permission.WRITE:
             raise errors.TopicNotWritable(f"topic {topic.name!r} is not writable")
         if message.kind in (MessageKind.TRANSACTION, MessageKind.UNSUPPORTED):
@@ -208,11 +220,17 @@ class Sender:
                 f"topic {topic.name!r} accepts {topic.message_type.value} messages, "
                 f"not {message.kind.value}"
             )
-        if not message.body:
+        if isinstance(message, EncodedMessage):
+            if message.kind not in _FRONT_KINDS:
+                raise errors.MessageCorrupted(f"an encoded message cannot be {message.kind.value}")
+            body_size = message.body_size
+        else:
+            body_size = len(message.body)
+        if not body_size:
             raise EmptyBody("message body is empty")
-        if len(message.body) > self._settings.max_body_bytes:
+        if body_size > self._settings.max_body_bytes:
             raise MessageTooLarge(
-                f"message body of {len(message.body)} bytes exceeds "
+                f"message body of {body_size} bytes exceeds "
                 f"{self._settings.max_body_bytes} bytes"
             )
         if not message.message_id.strip():
@@ -221,13 +239,19 @@ class Sender:
             not message.tag.strip() or "|" in message.tag or len(message.tag) > MAX_TAG_CHARS
         ):
             raise errors.IllegalMessage(f"illegal tag {message.tag!r}", field="tag")
-        if any(not key.strip() or " " in key for key in message.keys):
+        if not isinstance(message, EncodedMessage) and any(
+            not key.strip() or " " in key for key in message.keys
+        ):
             raise errors.IllegalMessage("message keys must be non-blank words", field="keys")
         group = message.message_group
         if message.kind is MessageKind.FIFO and (
             group is None or not group.strip() or len(group) > MAX_MESSAGE_GROUP_CHARS
         ):
             raise errors.IllegalMessage("FIFO messages need a message group", field="message_group")
+        if isinstance(message, EncodedMessage):  # keys and property names: checked by its encoder
+            self._check_property_count(message.user_properties)
+            self._check_property_bytes(message.user_properties_bytes)
+            return
         if message.kind is MessageKind.DELAY:
             deliver_ms = message.delivery_timestamp_ms
             if deliver_ms is None:
@@ -238,10 +262,7 @@ class Sender:
 
     def _validate_properties(self, message: OutgoingMessage) -> None:
         props = message.user_properties or {}
-        if len(props) > self._settings.max_user_properties:
-            raise errors.PropertiesTooLarge(
-                f"{len(props)} user properties exceed {self._settings.max_user_properties}"
-            )
+        self._check_property_count(len(props))
         size = 0
         for key, value in props.items():
             if not key or key in messages.RESERVED_PROPERTY_KEYS:
@@ -249,23 +270,37 @@ class Sender:
                     f"property key {key!r} is empty or reserved", field="property_key"
                 )
             size += len(key.encode()) + len(value.encode())
+        self._check_property_bytes(size)
+
+    def _check_property_count(self, count: int) -> None:
+        if count > self._settings.max_user_properties:
+            raise errors.PropertiesTooLarge(
+                f"{count} user properties exceed {self._settings.max_user_properties}"
+            )
+
+    def _check_property_bytes(self, size: int) -> None:
         if size > self._settings.max_user_properties_bytes:
             raise errors.PropertiesTooLarge(
                 f"user properties of {size} bytes exceed "
                 f"{self._settings.max_user_properties_bytes} bytes"
             )
 
-    def _queue_for(self, topic: TopicConfig, message: OutgoingMessage) -> int:
+    def _queue_for(self, topic: TopicConfig, message: Sendable) -> int:
         queues = max(1, topic.write_queue_nums)
         if message.message_group:
             return zlib.crc32(message.message_group.encode()) % queues
         self._round_robin += 1
         return self._round_robin % queues
 
-    def _record(self, pending: _Pending, now_ms: int) -> tuple[MessageToAppend, int | None]:
-        """Step 5 for one message: what to store, and its queue when it is held as DELAY."""
+    def _record(
+        self, pending: _Pending, now_ms: int
+    ) -> tuple[MessageToAppend | bytes, int | None]:
+        """Step 5 for one message: what to store (a message, or an encoded message's record),
+        and its queue when it is held as DELAY."""
         topic, message = pending.topic, pending.message
         queue_id = self._queue_for(topic, message)
+        if isinstance(message, EncodedMessage):
+            return fmt.with_queue_id(message.record, queue_id), None
         properties = messages.to_store_properties(message)
         deliver_ms = message.delivery_timestamp_ms
         if message.kind is MessageKind.DELAY and deliver_ms is not None and deliver_ms > now_ms:
@@ -295,11 +330,23 @@ class Sender:
         )
         return stored, None
 
+    async def _store_append(
+        self, items: Sequence[MessageToAppend | bytes]
+    ) -> list[AppendResult]:
+        """One store append of ``items``: as records when any is one, else as messages."""
+        as_messages = [item for item in items if isinstance(item, MessageToAppend)]
+        if len(as_messages) == len(items):
+            return await self._store.append(as_messages)
+        records = [
+            item if isinstance(item, bytes) else appending.encode_unplaced(item) for item in items
+        ]
+        return await self._store.append_records(records)
+
     async def _append(self, batch: Sequence[_Pending], now_ms: int) -> None:
         """Step 5: one append for the request's new messages; resolves their futures."""
         try:
             records = [self._record(pending, now_ms) for pending in batch]
-            results = await self._store.append([record for record, _ in records])
+            results = await self._store_append([record for record, _ in records])
         except BaseException as exc:
             for pending in batch:
                 self._forget(pending.message, pending.result)

@@ -238,6 +238,12 @@ def parse_unplaced(raw: bytes) -> Unplaced:
     )
 
 
+def with_queue_id(raw: bytes, queue_id: int) -> bytes:
+    """The unplaced record ``raw`` for queue ``queue_id`` (the CRC is the store's to write)."""
+    at = _AT_PHYSICAL + 8
+    return b"".join((raw[:at], _I32.pack(queue_id), raw[at + _I32.size :]))
+
+
 def unplaced_topic(raw: bytes) -> str:
     """The topic an unplaced (or placed) record names, without checking the rest."""
     try:
