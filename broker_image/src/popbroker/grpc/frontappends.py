@@ -77,26 +77,45 @@ def parse_item(item: bytes) -> EncodedMessage | Any:
         except DecodeError as exc:
             raise MalformedItem(f"X item is not a v2 Message: {exc}") from exc
         return message
-    if item[0] != ITEM_APPEND or len(item) < 2:
+    if item[0] != ITEM_APPEND:
         raise MalformedItem(f"unknown append item {item[:1]!r}")
-    kind = convert.message_kind(item[1])
-    at = 2
-    topic, at = _string(item, at)
-    message_id, at = _string(item, at)
-    tag, at = _optional(item, at)
-    group, at = _optional(item, at)
-    if len(item) < at + _SIZES.size:
-        raise MalformedItem("append item cut short")
-    body_size, user_properties, user_bytes = _SIZES.unpack_from(item, at)
-    record = item[at + _SIZES.size :]
+    # One pass, no helpers (this runs per message). Positions only grow by the sizes
+    # the item declares, so once the last field fits, every earlier one did.
     try:
-        record_topic = fmt.unplaced_topic(record)
-    except fmt.FormatError as exc:
-        raise MalformedItem(f"append item's record: {exc}") from exc
-    if record_topic != topic:
-        raise MalformedItem(f"append item names topic {topic!r}, its record {record_topic!r}")
+        kind = item[1]
+        (size,) = _U16.unpack_from(item, 2)
+        at = 4 + size
+        topic_raw = item[4:at]
+        (size,) = _U16.unpack_from(item, at)
+        message_id = item[at + 2 : at + 2 + size].decode()
+        at += 2 + size
+        (size,) = _U16.unpack_from(item, at)
+        tag = None if size == _NONE else item[at + 2 : at + 2 + size].decode()
+        at += 2 if size == _NONE else 2 + size
+        (size,) = _U16.unpack_from(item, at)
+        group = None if size == _NONE else item[at + 2 : at + 2 + size].decode()
+        at += 2 if size == _NONE else 2 + size
+        body_size, user_properties, user_bytes = _SIZES.unpack_from(item, at)
+        at += _SIZES.size
+        topic = topic_raw.decode()
+    except (IndexError, struct.error) as exc:
+        raise MalformedItem("append item cut short") from exc
+    except UnicodeDecodeError as exc:
+        raise MalformedItem(f"append item has a string that is not UTF-8: {exc}") from exc
+    record = item[at:]
+    named = fmt.FIXED_END + 1
+    if len(record) <= named or record[named : named + record[fmt.FIXED_END]] != topic_raw:
+        raise MalformedItem(f"append item names topic {topic!r}, its record another")
     return EncodedMessage(
-        topic, message_id, kind, tag, group, body_size, user_properties, user_bytes, record
+        topic,
+        message_id,
+        convert.message_kind(kind),
+        tag,
+        group,
+        body_size,
+        user_properties,
+        user_bytes,
+        record,
     )
 
 
@@ -157,24 +176,3 @@ class FrontSend:
             except Exception as exc:  # noqa: BLE001 - the edge answers every failure
                 converted.append(exc)
         return cls(converted, message_ids, topics)
-
-
-def _optional(item: bytes, at: int) -> tuple[str | None, int]:
-    if len(item) < at + 2:
-        raise MalformedItem("append item cut short")
-    if _U16.unpack_from(item, at)[0] == _NONE:
-        return None, at + 2
-    return _string(item, at)
-
-
-def _string(item: bytes, at: int) -> tuple[str, int]:
-    if len(item) < at + 2:
-        raise MalformedItem("append item cut short")
-    (size,) = _U16.unpack_from(item, at)
-    end = at + 2 + size
-    if len(item) < end:
-        raise MalformedItem("append item cut short")
-    try:
-        return item[at + 2 : end].decode("utf-8"), end
-    except UnicodeDecodeError as exc:
-        raise MalformedItem(f"append item has a string that is not UTF-8: {exc}") from exc

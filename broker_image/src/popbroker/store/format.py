@@ -204,7 +204,7 @@ def encode_unplaced(
     )
 
 
-@dataclass(frozen=True, slots=True)
+@per_message
 class Unplaced:
     """An unplaced record as read by :func:`parse_unplaced`: its bytes and what the store
     checks and indexes before it places it."""
@@ -226,15 +226,9 @@ def parse_unplaced(raw: bytes) -> Unplaced:
     _check_head(raw)
     (queue_id,) = _I32.unpack_from(raw, _AT_PHYSICAL + 8)
     (reconsume,) = _U32.unpack_from(raw, FIXED_END - 4)
-    fields = _walk(raw)
+    topic, _, properties, properties_size, body_at = _walk_to_body(raw)
     return Unplaced(
-        raw,
-        fields.topic,
-        queue_id,
-        reconsume,
-        fields.properties,
-        fields.properties_size,
-        len(fields.body),
+        raw, topic, queue_id, reconsume, properties, properties_size, len(raw) - body_at
     )
 
 
@@ -374,6 +368,13 @@ class _Fields(NamedTuple):
 def _walk(raw: bytes) -> _Fields:
     """The variable fields after the fixed head, each checked to lie inside the record and
     to end exactly where the record does (texts UTF-8, properties well formed)."""
+    topic, born_host, properties, props_len, body_at = _walk_to_body(raw)
+    return _Fields(topic, born_host, properties, props_len, raw[body_at : len(raw)])
+
+
+def _walk_to_body(raw: bytes) -> tuple[str, str, dict[str, str], int, int]:
+    """:func:`_walk`'s checks, without copying the body: (topic, born host, properties,
+    their size, where the body starts)."""
     pos = FIXED_END
     try:
         topic_len = raw[pos]
@@ -386,13 +387,12 @@ def _walk(raw: bytes) -> _Fields:
         properties = decode_properties(raw[pos + 4 : pos + 4 + props_len])
         pos += 4 + props_len
         (body_len,) = _U32.unpack_from(raw, pos)
-        body = raw[pos + 4 : pos + 4 + body_len]
-        pos += 4 + body_len
+        pos += 4
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise FormatError(f"malformed record fields: {exc}") from exc
-    if pos != len(raw):
-        raise FormatError(f"record fields end at {pos}, length says {len(raw)}")
-    return _Fields(topic, born_host, properties, props_len, body)
+    if pos + body_len != len(raw):
+        raise FormatError(f"record fields end at {pos + body_len}, length says {len(raw)}")
+    return topic, born_host, properties, props_len, pos
 
 
 # The fixed head of a record (through reconsume_times) as one numpy record.

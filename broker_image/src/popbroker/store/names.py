@@ -11,6 +11,8 @@ System topics are ordinary topics with reserved names (DESIGN §3.1):
 
 from __future__ import annotations
 
+import functools
+
 import re
 
 from popbroker.store.errors import InvalidName
@@ -59,6 +61,7 @@ def is_system_topic(name: str) -> bool:
     return name.startswith((RETRY_PREFIX, DLQ_PREFIX, SYSTEM_PREFIX))
 
 
+@functools.lru_cache(maxsize=4096)  # checked per appended record; a refusal is not cached
 def validate_topic_for_append(name: str) -> str:
     """Names the store accepts for records: user names plus well-formed system names."""
     if name.startswith(REVIVE_LOG_PREFIX) and len(name) > len(REVIVE_LOG_PREFIX):
