@@ -29,6 +29,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"syscall"
@@ -46,6 +47,7 @@ type options struct {
 	metricsListen              string
 	tlsCert, tlsKey            string
 	maxRecvBytes, procs        int
+	gcPercent                  int
 	drain                      time.Duration
 	cpuProfile                 string
 	frames                     string
@@ -65,6 +67,10 @@ func parseFlags(args []string) (options, error) {
 	// One P by default: forwarding is I/O, and on 2 cores a second P spins looking for work
 	// (measured: 23% more CPU per message at the same load, docs/design/2026-11-27-compiled-front-end.md).
 	fs.IntVar(&o.procs, "procs", 1, "GOMAXPROCS: OS threads running Go code at once")
+	// GOGC 400, not Go's 100: popfront's live heap is a few MB and each message it
+	// handles is garbage at once, so at 100 the collector ran every few thousand
+	// messages and took a fifth of popfront's CPU (measured: docs/benchmarks-peers.md).
+	fs.IntVar(&o.gcPercent, "gc-percent", 400, "GOGC: heap growth over the live heap before a collection (the GOGC variable, when set, wins)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile here until exit")
 	fs.StringVar(&o.frames, "frames", "auto", "auto: hot calls to a unix:// upstream go framed to its .frames socket once it is there (frames.go); off: all over gRPC")
 	if err := fs.Parse(args); err != nil {
@@ -78,6 +84,9 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.maxRecvBytes <= 0 {
 		return o, fmt.Errorf("-max-recv-bytes %d: must be positive", o.maxRecvBytes)
+	}
+	if o.gcPercent <= 0 {
+		return o, fmt.Errorf("-gc-percent %d: must be positive", o.gcPercent)
 	}
 	if o.procs <= 0 {
 		return o, fmt.Errorf("-procs %d: must be positive", o.procs)
@@ -104,6 +113,9 @@ func main() {
 
 func run(o options) error {
 	runtime.GOMAXPROCS(o.procs)
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(o.gcPercent)
+	}
 	if o.cpuProfile != "" {
 		out, err := os.Create(o.cpuProfile)
 		if err != nil {

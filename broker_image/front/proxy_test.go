@@ -84,13 +84,18 @@ func TestFlagsAreChecked(t *testing.T) {
 		{"-listen", "127.0.0.1:0"},
 		{"-listen", "127.0.0.1:0", "-upstream", "unix:///x", "-tls-cert", "c.pem"},
 		{"-listen", "127.0.0.1:0", "-upstream", "unix:///x", "-max-recv-bytes", "0"},
+		{"-listen", "127.0.0.1:0", "-upstream", "unix:///x", "-gc-percent", "0"},
 	}
 	for _, args := range cases {
 		if _, err := parseFlags(args); err == nil {
 			t.Errorf("%v accepted", args)
 		}
 	}
-	if _, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-upstream", "unix:///x"}); err != nil {
+	o, err := parseFlags([]string{"-listen", "127.0.0.1:0", "-upstream", "unix:///x"})
+	if err != nil {
 		t.Error(err)
+	}
+	if o.gcPercent != 400 {
+		t.Errorf("-gc-percent defaults to %d, want 400", o.gcPercent)
 	}
 }

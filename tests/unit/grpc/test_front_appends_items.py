@@ -12,8 +12,8 @@ from popbroker.grpc import frontframes
 from popbroker.grpc.frontappends import FrontSend, MalformedItem, MalformedRequest, parse_item
 from popbroker.grpc.protocol import definition
 from popbroker.services.messages import EncodedMessage, MessageKind, OutgoingMessage
-from popbroker.store.appending import encode_unplaced
 from popbroker.store.api import MessageToAppend
+from popbroker.store.appending import encode_unplaced
 
 
 def _s(text: str) -> bytes:
@@ -52,7 +52,7 @@ def _x(topic: str, message_id: str) -> bytes:
     message.body = b"hello"
     message.system_properties.message_id = message_id
     message.system_properties.message_type = definition.NORMAL
-    return b"X" + message.SerializeToString()
+    return b"X" + bytes(message.SerializeToString())
 
 
 def test_an_a_item_gives_its_head_and_record() -> None:
@@ -66,6 +66,7 @@ def test_an_a_item_gives_its_head_and_record() -> None:
 
 def test_an_x_item_gives_the_message() -> None:
     parsed = parse_item(_x("orders", "M"))
+    assert not isinstance(parsed, EncodedMessage)
     assert parsed.topic.name == "orders"
     assert parsed.system_properties.message_id == "M"
 

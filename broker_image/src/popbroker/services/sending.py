@@ -50,7 +50,14 @@ from popbroker.services.messages import EncodedMessage, MessageKind, OutgoingMes
 from popbroker.services.settings import Clock, PopackSettings
 from popbroker.store import appending
 from popbroker.store import format as fmt
-from popbroker.store.api import AppendResult, MessageToAppend, MessageType, Permission, StoreApi, TopicConfig
+from popbroker.store.api import (
+    AppendResult,
+    MessageToAppend,
+    MessageType,
+    Permission,
+    StoreApi,
+    TopicConfig,
+)
 from popbroker.store.errors import EmptyBody, MessageTooLarge
 from popbroker.values import per_message
 
@@ -230,8 +237,7 @@ class Sender:
             raise EmptyBody("message body is empty")
         if body_size > self._settings.max_body_bytes:
             raise MessageTooLarge(
-                f"message body of {body_size} bytes exceeds "
-                f"{self._settings.max_body_bytes} bytes"
+                f"message body of {body_size} bytes exceeds {self._settings.max_body_bytes} bytes"
             )
         if not message.message_id.strip():
             raise errors.IllegalMessage("message id is blank", field="message_id")
@@ -292,9 +298,7 @@ class Sender:
         self._round_robin += 1
         return self._round_robin % queues
 
-    def _record(
-        self, pending: _Pending, now_ms: int
-    ) -> tuple[MessageToAppend | bytes, int | None]:
+    def _record(self, pending: _Pending, now_ms: int) -> tuple[MessageToAppend | bytes, int | None]:
         """Step 5 for one message: what to store (a message, or an encoded message's record),
         and its queue when it is held as DELAY."""
         topic, message = pending.topic, pending.message
@@ -330,9 +334,7 @@ class Sender:
         )
         return stored, None
 
-    async def _store_append(
-        self, items: Sequence[MessageToAppend | bytes]
-    ) -> list[AppendResult]:
+    async def _store_append(self, items: Sequence[MessageToAppend | bytes]) -> list[AppendResult]:
         """One store append of ``items``: as records when any is one, else as messages."""
         as_messages = [item for item in items if isinstance(item, MessageToAppend)]
         if len(as_messages) == len(items):

@@ -12,7 +12,6 @@ System topics are ordinary topics with reserved names (DESIGN §3.1):
 from __future__ import annotations
 
 import functools
-
 import re
 
 from popbroker.store.errors import InvalidName
