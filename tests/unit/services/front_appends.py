@@ -1,4 +1,4 @@
-"""Cases for popfront's append encoder (WORK IN PROGRESS), answered by the Python reference.
+"""Cases for popfront's append encoder (`append.go`), answered by the Python reference.
 
 ``broker_image/front/testdata/appends.json`` holds, for each case, a serialized v2
 ``Message``, the unplaced record the reference stores for it (``convert.outgoing_message``
