@@ -12,6 +12,9 @@ the JSON). Phases:
 * ``popack`` -- a backlog of ``--messages`` is produced first, then popped and acked
   with 4 consumers (the phase the roles-shape rule is about);
 * ``produce`` -- ``--messages`` sent in batches of 32;
+* ``latency`` -- the latency phase of :mod:`bench.pop_peers_loadgen`: a producer paced at
+  ``--rate`` messages/s for ``--latency-s`` seconds and one consumer (calls of one to three
+  messages, where the per-call costs are what a message pays);
 * ``idle`` -- nothing for ``--idle-s`` seconds: what a broker costs doing nothing
   (revive polling, flushes, offset persistence).
 
@@ -43,7 +46,7 @@ from bench.peers import cpu, loadgen, procs
 from tools import gobuild
 
 SYSTEMS = ("popfleet", "popfleet-roles", "popfleet-front", "popfleet-roles-front")
-PHASES = ("popack", "produce", "idle")
+PHASES = ("popack", "produce", "latency", "idle")
 TOP = 25
 SAMPLING_HZ = 200
 SPY_STOP_TIMEOUT_S = 30.0
@@ -126,6 +129,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else "")
     parser.add_argument("--systems", default="popfleet-front,popfleet-roles-front")
     parser.add_argument("--phase", choices=PHASES, default="popack")
+    parser.add_argument("--rate", type=float, default=3000.0, help="latency: messages/s")
+    parser.add_argument("--latency-s", type=float, default=10.0, help="latency: seconds")
     parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--name", default="profile_shapes", help="results file (no .json)")
@@ -167,6 +172,12 @@ def profile(
                 figures: dict[str, Any] = {}
             elif args.phase == "produce":
                 figures = run(phase="produce", topic="bench", count=args.messages)
+            elif args.phase == "latency":
+                figures = run(
+                    phase="latency", topic="bench", group="glat", rate=args.rate,
+                    duration_s=args.latency_s,
+                )  # fmt: skip
+                figures["messages"] = figures["received"]
             else:
                 figures = run(
                     phase="popack", topic="bench", group="g4", count=args.messages, consumers=4
