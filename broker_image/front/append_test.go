@@ -181,3 +181,36 @@ func BenchmarkFrontSendRequest(b *testing.B) {
 		}
 	}
 }
+
+// FuzzFrontSendRequest: any request bytes are encoded or passed on as they are,
+// never a panic, and encoded ones are whole items, one per message.
+func FuzzFrontSendRequest(f *testing.F) {
+	group := "g"
+	seed, _ := proto.Marshal(&v2.SendMessageRequest{Messages: []*v2.Message{{
+		Topic: &v2.Resource{Name: "orders"}, Body: []byte("x"),
+		SystemProperties: &v2.SystemProperties{MessageId: "M", MessageType: v2.MessageType_FIFO, MessageGroup: &group},
+		UserProperties:   map[string]string{"k": "v"},
+	}}})
+	f.Add(seed)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, request []byte) {
+		items, encoded, total, ok := frontSendRequest(request)
+		if !ok {
+			return
+		}
+		count := 0
+		for rest := []byte(items); len(rest) > 0; count++ {
+			if len(rest) < 4 || int(binary.BigEndian.Uint32(rest)) > len(rest)-4 {
+				t.Fatalf("item %d cut short", count)
+			}
+			size := binary.BigEndian.Uint32(rest)
+			if size == 0 || (rest[4] != itemAppend && rest[4] != itemReference) {
+				t.Fatalf("item %d: not an A or X item", count)
+			}
+			rest = rest[4+size:]
+		}
+		if count != total || encoded > total {
+			t.Fatalf("%d items, %d encoded, for %d messages", count, encoded, total)
+		}
+	})
+}

@@ -7,6 +7,8 @@ import struct
 
 import grpc
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from popbroker.grpc import frontframes
 from popbroker.grpc.frontappends import FrontSend, MalformedItem, MalformedRequest, parse_item
@@ -112,3 +114,30 @@ def test_a_request_cut_short_is_refused_as_invalid_argument(raw: bytes) -> None:
         FrontSend.parse(raw)
     code, _ = frontframes.failure("FRONT_SEND", MalformedRequest("cut"))
     assert code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+
+
+@given(raw=st.binary(max_size=300))
+def test_any_bytes_parse_or_are_refused_cleanly(raw: bytes) -> None:
+    """popfront is ours, but what it sends is parsed as untrusted input: any bytes give a
+    request (each item a message or its own error) or ``MalformedRequest``, nothing else."""
+    try:
+        send = FrontSend.parse(raw)
+    except MalformedRequest:
+        return
+    assert len(send.converted) == len(send.message_ids)
+    for item in send.converted:
+        assert isinstance(item, EncodedMessage | OutgoingMessage | Exception)
+
+
+@given(
+    head=st.binary(max_size=60),
+    cut=st.integers(min_value=0, max_value=200),
+)
+def test_any_a_item_cut_anywhere_parses_or_is_malformed(head: bytes, cut: int) -> None:
+    item = (b"A" + head + _item(record=_record()))[:cut]
+    try:
+        parsed = parse_item(item)
+    except MalformedItem:
+        return
+    assert isinstance(parsed, EncodedMessage)
+    assert parsed.record[51 + 1 : 51 + 1 + parsed.record[51]] == parsed.topic.encode()
