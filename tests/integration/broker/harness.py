@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
 from popbroker.store.wire.client import RemoteStore
 from popbroker.store.wire.frames import frames_path
+from popfleet_testbed import controlplane
 from tools import gobuild
 
 SEGMENT_BYTES = 8 * 1024 * 1024
@@ -74,13 +74,6 @@ def _wait_for(
         if time.monotonic() > deadline:
             raise TimeoutError(f"{what} not ready within {timeout_s} s")
         time.sleep(0.02)
-
-
-def _free_loopback_port() -> int:
-    """A loopback port free now (popfront's metrics listener takes no port file)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -203,7 +196,7 @@ class BrokerProcess:
         """Start popfront first (its port is what routes name); the endpoint's flags."""
         front_port_file = self.work_dir / "front-port"
         socket_path = self.work_dir / "popack.sock"
-        self.front_metrics_port = _free_loopback_port()
+        self.front_metrics_port = controlplane.free_port()  # its listener takes no port file
         argv = gobuild.front_argv(
             gobuild.ensure_built(gobuild.FRONT),
             listen=f"{self.host}:0",

@@ -140,6 +140,14 @@ def outgoing_message(message: Any) -> OutgoingMessage:
     )
 
 
+def outgoing_or_error(message: Any) -> OutgoingMessage | Exception:
+    """:func:`outgoing_message`, or why it failed (each message of a send answers alone)."""
+    try:
+        return outgoing_message(message)
+    except Exception as exc:  # noqa: BLE001 - the edge answers every failure
+        return exc
+
+
 def delivered_message(delivered: DeliveredMessage, *, namespace: str, store_host: str) -> Any:
     """A popped message as the client's ``Message``."""
     stored = delivered.stored

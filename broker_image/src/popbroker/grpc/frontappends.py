@@ -171,8 +171,5 @@ class FrontSend:
                 continue
             message_ids.append(parsed.system_properties.message_id)
             topics.add(parsed.topic.name)
-            try:
-                converted.append(convert.outgoing_message(parsed))
-            except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-                converted.append(exc)
+            converted.append(convert.outgoing_or_error(parsed))
         return cls(converted, message_ids, topics)

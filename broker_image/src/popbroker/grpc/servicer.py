@@ -211,14 +211,8 @@ class MessagingServicer(MessagingServiceServicer):  # type: ignore[misc]
     async def SendMessage(self, request: Any, context: Any) -> Any:
         if isinstance(request, frontappends.FrontSend):  # encoded by popfront
             return await self._send(request.converted, request.message_ids, request.topics)
-        converted: list[frontappends.Converted] = []
-        for message in request.messages:
-            try:
-                converted.append(convert.outgoing_message(message))
-            except Exception as exc:  # noqa: BLE001 - the edge answers every failure
-                converted.append(exc)
         return await self._send(
-            converted,
+            [convert.outgoing_or_error(m) for m in request.messages],
             [m.system_properties.message_id for m in request.messages],
             {m.topic.name for m in request.messages},
         )
