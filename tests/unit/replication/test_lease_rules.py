@@ -29,7 +29,7 @@ def test_timing_rule() -> None:
     lease.check_timing(lease_ms=15_000, renew_deadline_ms=10_000, retry_ms=2_000)
     with pytest.raises(lease.LeaseTimingError, match="must exceed renew deadline"):
         lease.check_timing(lease_ms=10_000, renew_deadline_ms=10_000, retry_ms=2_000)
-    with pytest.raises(lease.LeaseTimingError, match="1.2 x retry"):
+    with pytest.raises(lease.LeaseTimingError, match=r"1\.2 x retry"):
         lease.check_timing(lease_ms=15_000, renew_deadline_ms=2_400, retry_ms=2_000)
 
 
