@@ -64,6 +64,7 @@ from popbroker.store import (
     flushmark,
     names,
     recovery,
+    replicated,
     retention,
 )
 from popbroker.store.api import (
@@ -466,6 +467,81 @@ class LocalStore:
 
     async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
         return await self._durable(*self._append(records, self._prepare_record))
+
+    # ------------------------------------------------------------------ replication
+    # (issue 18, WORK IN PROGRESS: no role calls these yet)
+
+    def read_log(self, physical_offset: int, max_bytes: int) -> bytes:
+        """A leader's side: up to ``max_bytes`` of the log from ``physical_offset`` (a
+        record or segment boundary), ending on one; empty at the end of the log. Reads
+        stop at a segment end, as the segments do."""
+        with self._lock:
+            if not self.commitlog.min_offset <= physical_offset <= self.commitlog.end:
+                raise InvalidArgument(
+                    f"physical offset {physical_offset} is outside the log "
+                    f"[{self.commitlog.min_offset}, {self.commitlog.end}]"
+                )
+            size = min(max_bytes, self.commitlog.end - physical_offset)
+            data = self.commitlog.file.read(physical_offset, size) if size > 0 else b""
+        return replicated.cut(
+            data, start=physical_offset, segment_bytes=self.settings.segment_bytes
+        )
+
+    async def append_replicated(self, physical_offset: int, data: bytes) -> int:
+        """A follower's side: the leader's log bytes at ``physical_offset``, which must be
+        this log's end, written byte for byte once every record in them checks
+        (:func:`popbroker.store.replicated.parse`) and each record is the next of its
+        queue; indexed and announced as an append is, and as durable as the flush mode
+        promises when this returns the new end. All or nothing."""
+        checked = replicated.parse(
+            data, start=physical_offset, segment_bytes=self.settings.segment_bytes
+        )
+        with self._lock:
+            if self._closed:
+                raise StoreClosed("store is closed")
+            if self._fsync_failure:
+                raise StoreError(self._fsync_failure)
+            if physical_offset != self.commitlog.end:
+                raise InvalidArgument(
+                    f"replicated bytes start at {physical_offset}, the log ends at "
+                    f"{self.commitlog.end}"
+                )
+            assigned: dict[QueueKey, int] = {}
+            for record in checked.records:
+                key = (record.topic, record.queue_id)
+                expected = assigned.get(key, self._next_queue_offset.get(key, 0))
+                if record.queue_offset != expected:
+                    raise InvalidArgument(
+                        f"replicated record at {record.physical_offset} is offset "
+                        f"{record.queue_offset} of {key}, whose next is {expected}"
+                    )
+                assigned[key] = expected + 1
+            try:
+                for _, chunk in checked.chunks:
+                    self.commitlog.file.append(chunk)
+            except (StoreFull, OSError):
+                self.commitlog.file.truncate(physical_offset)  # all or nothing
+                raise
+            self._next_queue_offset.update(assigned)
+            for record in checked.records:
+                self._pending.append(
+                    _Dispatch(
+                        record.topic,
+                        record.queue_id,
+                        record.queue_offset,
+                        record.physical_offset,
+                        record.total_size,
+                        filters.tag_hash(record.properties.get(PROPERTY_TAGS, "")),
+                        physical_offset,
+                    )
+                )
+            end = self.commitlog.end
+            if self.settings.flush_mode is FlushMode.ASYNC:
+                self.dispatch_upto_locked(end)
+            takebacks = self.flusher.takebacks
+        self.flusher.poke()
+        await self._durable([], end, takebacks)
+        return end
 
     async def _durable(
         self, results: list[AppendResult], end: int, takebacks: int
