@@ -6,7 +6,9 @@ messages; bad bytes are refused and change nothing; a restarted follower goes on
 from __future__ import annotations
 
 import random
+import shutil
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,20 +17,21 @@ from popbroker.store import format as fmt
 from popbroker.store.api import FlushMode, MessageToAppend, TopicConfig
 from popbroker.store.errors import InvalidArgument
 from popbroker.store.local import LocalStore
+from popbroker.store.settings import StoreSettings
 from tests.storesettings import small_settings
 
 SEGMENT = 8 * 1024  # small: records of 100-1,500 bytes leave fillers and short tails
 TOPICS = [TopicConfig("orders", 4, 4), TopicConfig("payments", 2, 2)]
 
 
-def _settings(mode: FlushMode = FlushMode.SYNC) -> object:
+def _settings(mode: FlushMode = FlushMode.SYNC) -> StoreSettings:
     return small_settings(
         segment_bytes=SEGMENT, flush_mode=mode, max_body_bytes=4096, max_properties_bytes=1024
     )
 
 
 async def _open(path: Path, mode: FlushMode = FlushMode.SYNC) -> LocalStore:
-    store = LocalStore.open(path, _settings(mode))  # type: ignore[arg-type]
+    store = LocalStore.open(path, _settings(mode))
     for topic in TOPICS:
         await store.put_topic(topic)
     return store
@@ -173,3 +176,72 @@ async def test_the_leader_never_cuts_a_record(leader: LocalStore) -> None:
     assert leader.read_log(end, 100) == b""
     with pytest.raises(InvalidArgument):
         leader.read_log(end + 1, 100)
+
+
+async def _open_at(path: Path, clock_ms: int = 1_700_000_000_000) -> LocalStore:
+    # the periodic checkpoint a minute away: what is on disk right after a cut is the cut's
+    settings = replace(_settings(), offsets_persist_interval_ms=60_000)
+    store = LocalStore.open(path, settings, clock=lambda: clock_ms)
+    for topic in TOPICS:
+        await store.put_topic(topic)
+    return store
+
+
+async def _traffic(store: LocalStore, rng: random.Random, batches: int, label: str) -> None:
+    for batch in range(batches):
+        await store.append(
+            [
+                MessageToAppend(
+                    topic=rng.choice(TOPICS).name,
+                    queue_id=rng.randrange(2),
+                    body=rng.randbytes(rng.randint(100, 1500)),
+                    properties={"UNIQ_KEY": f"{label}-{batch}-{i}"},
+                )
+                for i in range(rng.randint(1, 6))
+            ]
+        )
+
+
+async def test_a_follower_cut_at_the_divergence_point_follows_the_new_leader(
+    tmp_path: Path,
+) -> None:
+    """Two leaders with the same first 15 appends (same clock, same bytes), then different
+    ones: a follower of the first, cut where they part, becomes the second's copy, and
+    stays one across a restart."""
+    old, new = await _open_at(tmp_path / "old"), await _open_at(tmp_path / "new")
+    follower = await _open_at(tmp_path / "follower")
+    try:
+        for store in (old, new):
+            await _traffic(store, random.Random(1), 15, "common")
+        parted = (await old.info()).max_physical_offset
+        assert parted == (await new.info()).max_physical_offset
+        await _traffic(old, random.Random(2), 25, "old")
+        await _traffic(new, random.Random(3), 20, "new")
+        await _catch_up(follower, old, random.Random(4))
+        assert _segments(follower) == _segments(old)
+        assert (await follower.info()).max_physical_offset > parted + 2 * SEGMENT
+
+        await follower.close()  # its checkpoint now says the old leader's bytes are on disk
+        follower = await _open_at(tmp_path / "follower")
+        with pytest.raises(InvalidArgument):
+            await follower.truncate_log(parted + 1)  # inside a record
+        await follower.truncate_log(parted)
+        assert (await follower.info()).max_physical_offset == parted
+        # a process killed right after the cut leaves these files: they open at the cut
+        shutil.copytree(tmp_path / "follower", tmp_path / "killed")
+        killed = await _open_at(tmp_path / "killed")
+        try:
+            assert (await killed.info()).max_physical_offset == parted
+            assert await _messages(killed) == await _messages(follower)
+        finally:
+            await killed.close()
+        await _catch_up(follower, new, random.Random(5))
+        assert _segments(follower) == _segments(new)
+        assert await _messages(follower) == await _messages(new)
+        await follower.close()
+        follower = await _open_at(tmp_path / "follower")
+        assert _segments(follower) == _segments(new)
+        assert await _messages(follower) == await _messages(new)
+    finally:
+        for store in (old, new, follower):
+            await store.close()

@@ -112,8 +112,11 @@ class Flusher:
         self._flush_observers.append(observer)
 
     def start(self) -> None:
+        """Start (or, after ``stop``, start again) the flusher thread; the log is taken
+        as flushed to its end, as recovery and a truncation leave it."""
         with self.store.lock:
             self.flushed_position = self.store.log_end_locked()
+        self._stopping = False
         self._thread = threading.Thread(target=self._run, name="store-flusher", daemon=True)
         self._thread.start()
 

@@ -200,6 +200,20 @@ class _Prepared:
         )
 
 
+def _first_entry_at_or_after(cq: ConsumeQueue, physical_offset: int) -> int:
+    """The first queue offset of ``cq`` whose record is at or after ``physical_offset``
+    (entries are in log order), or its end."""
+    low, high = cq.min_queue_offset, cq.max_queue_offset
+    while low < high:
+        middle = (low + high) // 2
+        (entry,) = cq.entries(middle, 1)
+        if entry.physical_offset >= physical_offset:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
 class LocalStore:
     """The store, in this process. Build with ``LocalStore.open``."""
 
@@ -542,6 +556,49 @@ class LocalStore:
         self.flusher.poke()
         await self._durable([], end, takebacks)
         return end
+
+    async def truncate_log(self, physical_offset: int) -> None:
+        """A follower's side of a new term: drop the log from ``physical_offset`` (where a
+        record or a segment starts: the divergence point the replication rules chose) and
+        every consume-queue entry at or after it, durably, before any byte of the new
+        leader is written. The flusher is drained and stopped meanwhile, so no flush of
+        the old bytes can finish after the cut and count them as on disk."""
+        with self._lock:
+            end = self.commitlog.end
+            if not self.commitlog.min_offset <= physical_offset <= end:
+                raise InvalidArgument(
+                    f"cannot truncate at {physical_offset}: the log is "
+                    f"[{self.commitlog.min_offset}, {end}]"
+                )
+            if physical_offset == end:
+                return
+            if physical_offset % self.settings.segment_bytes:
+                kind, _, _, reason = self.commitlog._at(physical_offset)
+                if kind != "record":
+                    raise InvalidArgument(
+                        f"no record starts at {physical_offset}: {reason or kind}"
+                    )
+        await self.flusher.wait_flushed(end)
+        await asyncio.to_thread(self.flusher.stop)
+        try:
+            with self._lock:
+                self.dispatch_upto_locked(self.commitlog.end)
+                # The checkpoint first: a crash after it and before the cut leaves the old
+                # bytes, valid and cut again on the next term; the other order would leave
+                # a checkpoint past the log's end, which recovery refuses as lost data.
+                self.flusher.flushed_position = physical_offset
+                self._dispatched_position = physical_offset
+                self._write_checkpoint_locked()
+                for key, cq in self._cqs.items():
+                    keep = _first_entry_at_or_after(cq, physical_offset)
+                    if keep < cq.max_queue_offset:
+                        cq.truncate_to(keep)
+                    self._next_queue_offset[key] = min(self._next_queue_offset.get(key, keep), keep)
+                self.commitlog.file.truncate(physical_offset)
+                self.commitlog.file.flush()
+                self._write_checkpoint_locked()  # the queues' new maxima
+        finally:
+            self.flusher.start()
 
     async def _durable(
         self, results: list[AppendResult], end: int, takebacks: int
