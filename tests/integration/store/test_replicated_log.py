@@ -245,3 +245,33 @@ async def test_a_follower_cut_at_the_divergence_point_follows_the_new_leader(
     finally:
         for store in (old, new, follower):
             await store.close()
+
+
+async def test_the_epoch_history_is_kept_checked_and_cut_with_the_log(tmp_path: Path) -> None:
+    store = await _open_at(tmp_path / "s")
+    try:
+        store.record_epoch(1, 0)
+        await _traffic(store, random.Random(1), 10, "one")
+        cut_at = (await store.info()).max_physical_offset
+        store.record_epoch(3, cut_at)
+        await _traffic(store, random.Random(2), 10, "three")
+        store.record_epoch(4, (await store.info()).max_physical_offset)  # a term with no bytes
+        for epoch, start in [(4, 10**9), (2, cut_at), (5, cut_at - 1), (5, 10**12)]:
+            with pytest.raises(InvalidArgument):
+                store.record_epoch(epoch, start)
+        assert store.epochs() == ((1, 0), (3, cut_at), (4, store.commitlog.end))
+        await store.close()
+        store = await _open_at(tmp_path / "s")
+        assert store.epochs() == ((1, 0), (3, cut_at), (4, store.commitlog.end))
+        await store.truncate_log(cut_at)  # epoch 3's bytes and empty epoch 4 go with it
+        assert store.epochs() == ((1, 0),)
+        shutil.copytree(tmp_path / "s", tmp_path / "killed")
+        killed = await _open_at(tmp_path / "killed")
+        try:
+            assert killed.epochs() == ((1, 0),)
+        finally:
+            await killed.close()
+        store.record_epoch(5, cut_at)  # the next term starts where the cut left the log
+        assert store.epochs() == ((1, 0), (5, cut_at))
+    finally:
+        await store.close()

@@ -200,6 +200,20 @@ class _Prepared:
         )
 
 
+EPOCHS_FILE = "epochs.json"
+
+
+def _load_epochs(path: Path) -> list[tuple[int, int]]:
+    raw, _source = atomicfiles.read_json(path)
+    if raw is None:
+        return []
+    try:
+        epochs = [(int(epoch), int(start)) for epoch, start in raw["epochs"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CorruptStore(f"{path} does not hold an epoch history: {exc}") from exc
+    return epochs
+
+
 def _first_entry_at_or_after(cq: ConsumeQueue, physical_offset: int) -> int:
     """The first queue offset of ``cq`` whose record is at or after ``physical_offset``
     (entries are in log order), or its end."""
@@ -247,6 +261,7 @@ class LocalStore:
         self._next_queue_offset: dict[QueueKey, int] = {}
         self._pending: list[_Dispatch] = []
         self._dispatched_position = 0
+        self._epochs: list[tuple[int, int]] = []  # (epoch, start offset): issue 18
         self._listeners: set[_ArrivalListener] = set()
         self.flusher = Flusher(self, flushed_position=self.commitlog.end)
 
@@ -312,6 +327,14 @@ class LocalStore:
             cq.advance_min(self.commitlog.min_offset)
             self._next_queue_offset[key] = cq.max_queue_offset
         self._dispatched_position = self.commitlog.end
+        epochs = _load_epochs(self._config_dir / EPOCHS_FILE)
+        kept = [e for e in epochs if e[1] <= self.commitlog.end]
+        self._epochs = epochs
+        if kept != epochs:  # unflushed bytes lost with a crash took an epoch's start along
+            log.warning(
+                "epochs %s start past the recovered log's end; dropped", epochs[len(kept) :]
+            )
+            self._persist_unless_full_locked(lambda: self._write_epochs_locked(kept))
         offsets = recovery.load_offsets(self._config_dir)
         if offsets is not None:
             self.offsets = offsets
@@ -557,6 +580,37 @@ class LocalStore:
         await self._durable([], end, takebacks)
         return end
 
+    def epochs(self) -> tuple[tuple[int, int], ...]:
+        """The log's epoch history, ``(epoch, start offset)`` oldest first: which leadership
+        term wrote which bytes (``popbroker.replication.rules``, rule 1)."""
+        with self._lock:
+            return tuple(self._epochs)
+
+    def record_epoch(self, epoch: int, start_offset: int) -> None:
+        """Add an epoch durably before any of its bytes: a new leader's at its log end, a
+        follower's where the leader's frame says it starts (never past this log's end).
+        Epochs strictly grow, start offsets never shrink."""
+        with self._lock:
+            if self._epochs and epoch <= self._epochs[-1][0]:
+                raise InvalidArgument(f"epoch {epoch} is not after {self._epochs[-1][0]}")
+            if self._epochs and start_offset < self._epochs[-1][1]:
+                raise InvalidArgument(
+                    f"epoch {epoch} starts at {start_offset}, before epoch "
+                    f"{self._epochs[-1][0]} ({self._epochs[-1][1]})"
+                )
+            if start_offset > self.commitlog.end:
+                raise InvalidArgument(
+                    f"epoch {epoch} starts at {start_offset}, past the log's end "
+                    f"{self.commitlog.end}"
+                )
+            self._write_epochs_locked([*self._epochs, (epoch, start_offset)])
+
+    def _write_epochs_locked(self, epochs: list[tuple[int, int]]) -> None:
+        atomicfiles.write_json(
+            self._config_dir / EPOCHS_FILE, {"version": 1, "epochs": [list(e) for e in epochs]}
+        )
+        self._epochs = epochs
+
     async def truncate_log(self, physical_offset: int) -> None:
         """A follower's side of a new term: drop the log from ``physical_offset`` (where a
         record or a segment starts: the divergence point the replication rules chose) and
@@ -589,6 +643,9 @@ class LocalStore:
                 self.flusher.flushed_position = physical_offset
                 self._dispatched_position = physical_offset
                 self._write_checkpoint_locked()
+                # epochs with no byte left go before the bytes do (a crash between leaves
+                # their bytes to the older epoch, and the next term cuts them again)
+                self._write_epochs_locked([e for e in self._epochs if e[1] < physical_offset])
                 for key, cq in self._cqs.items():
                     keep = _first_entry_at_or_after(cq, physical_offset)
                     if keep < cq.max_queue_offset:
