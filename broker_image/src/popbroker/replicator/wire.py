@@ -1,0 +1,245 @@
+"""The replication connection between a leader's store and a follower's (issue 18, WORK IN
+PROGRESS: no role opens it yet; leadership from Leases and SYNC acknowledgement come next).
+
+One TCP connection per follower, opened by the follower. Every message is ``u32 length |
+u8 kind | payload``, integers big-endian:
+
+====  ==================  ==========================================================
+kind  direction           payload
+====  ==================  ==========================================================
+H     follower → leader   u16 len + token, i32 follower's term, u16 len + its name
+E     leader → follower   i32 term, i64 log end, u32 n, n times (i32 epoch, i64 start)
+F     follower → leader   i64 the offset to stream from (after its cut)
+R     leader → follower   a replication frame (``popbroker.replication.stream``)
+A     follower → leader   i64 the follower's log end, durable as its flush mode promises
+X     either              UTF-8 reason; the sender closes
+====  ==================  ==========================================================
+
+The token is the broker set's shared secret (compared in constant time); a wrong one is
+refused before anything else. A follower that has seen a later term than the leader's
+refuses it (a deposed leader is fenced by the followers, not by timing). The follower
+cuts its log where the histories part (``FollowerLog.follow``), asks for the rest, and
+acknowledges each frame once applied; the leader keeps each follower's acknowledged end,
+and its commit offset is the rules' (``popbroker.replication.rules.commit_offset``). With
+nothing new the leader sends an empty frame every ``heartbeat_s``: it moves the commit
+offset and proves the term.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import struct
+from collections.abc import Callable
+
+from popbroker.replication import rules, stream
+from popbroker.replication.rules import EpochEntry, EpochHistory, ReplicationRuleError
+from popbroker.replicator.logs import FollowerLog, LeaderLog
+from popbroker.store.local import LocalStore
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 64 << 20
+FRAME_BYTES = 1 << 20  # the most log bytes in one frame
+_HEAD = struct.Struct(">IB")
+_I64 = struct.Struct(">q")
+_EPOCHS_HEAD = struct.Struct(">iqI")
+_EPOCH = struct.Struct(">iq")
+_TERM = struct.Struct(">i")
+_U16 = struct.Struct(">H")
+
+
+class ReplicationRefused(Exception):
+    """The other side refused the connection (``X``), or said something out of turn."""
+
+
+async def _send(writer: asyncio.StreamWriter, kind: bytes, payload: bytes = b"") -> None:
+    writer.write(_HEAD.pack(len(payload) + 1, kind[0]) + payload)
+    await writer.drain()
+
+
+async def _receive(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    size, kind = _HEAD.unpack(await reader.readexactly(_HEAD.size))
+    if not 1 <= size <= MAX_MESSAGE_BYTES:
+        raise ReplicationRefused(f"message of {size} bytes")
+    payload = await reader.readexactly(size - 1)
+    if kind == ord("X"):
+        raise ReplicationRefused(payload.decode("utf-8", "replace"))
+    return bytes([kind]), payload
+
+
+def _string16(raw: bytes, at: int) -> tuple[bytes, int]:
+    (size,) = _U16.unpack_from(raw, at)
+    value = raw[at + 2 : at + 2 + size]
+    if len(value) != size:
+        raise ReplicationRefused("string cut short")
+    return value, at + 2 + size
+
+
+class Leader:
+    """Serves followers from a leader's store (module docstring)."""
+
+    def __init__(
+        self, store: LocalStore, *, term: int, token: bytes, heartbeat_s: float = 1.0
+    ) -> None:
+        self._store = store
+        self._log = LeaderLog(store, term=term)
+        self._token = token
+        self._heartbeat_s = heartbeat_s
+        self.acked: dict[str, int] = {}
+        self.ack_progress = asyncio.Condition()  # notified on every acknowledgement
+        self._grew = asyncio.Event()
+        self._server: asyncio.Server | None = None
+        self._watch: asyncio.Task[None] | None = None
+        self.on_deposed: Callable[[int], None] = lambda term: None
+
+    @property
+    def term(self) -> int:
+        return self._log.term
+
+    def commit_offset(self, members: list[str]) -> int:
+        """The rules' commit offset over ``members`` (the leader's name is ``""``)."""
+        return rules.commit_offset(
+            "", leader_end=self._store.commitlog.end, acked=self.acked, members=["", *members]
+        )
+
+    async def start(self, host: str, port: int) -> int:
+        self._watch = asyncio.create_task(self._watch_arrivals())
+        self._server = await asyncio.start_server(self._serve, host, port)
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+        if self._watch is not None:
+            self._watch.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watch
+
+    async def _watch_arrivals(self) -> None:
+        async for _arrival in self._store.arrivals():
+            self._grew.set()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        name = "?"
+        try:
+            name = await self._hello(reader, writer)
+            kind, payload = await _receive(reader)
+            if kind != b"F" or len(payload) != _I64.size:
+                raise ReplicationRefused("expected F")
+            (offset,) = _I64.unpack(payload)
+            acks = asyncio.create_task(self._read_acks(reader, name))
+            try:
+                await self._stream(writer, offset, acks)
+            finally:
+                acks.cancel()
+        except (ReplicationRefused, ReplicationRuleError) as exc:
+            log.warning("replication to %s refused: %s", name, exc)
+            with contextlib.suppress(ConnectionError):
+                await _send(writer, b"X", str(exc).encode())
+        except (asyncio.IncompleteReadError, ConnectionError):
+            log.info("replication to %s: connection closed", name)
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+
+    async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
+        kind, payload = await _receive(reader)
+        if kind != b"H":
+            raise ReplicationRefused("expected H")
+        token, at = _string16(payload, 0)
+        if not hmac.compare_digest(token, self._token):
+            raise ReplicationRefused("wrong replication token")
+        (term,) = _TERM.unpack_from(payload, at)
+        raw_name, _ = _string16(payload, at + _TERM.size)
+        if term > self.term:
+            self.on_deposed(term)
+            raise ReplicationRefused(f"follower has seen term {term}, this leader's is {self.term}")
+        epochs = self._store.epochs()
+        await _send(
+            writer,
+            b"E",
+            _EPOCHS_HEAD.pack(self.term, self._store.commitlog.end, len(epochs))
+            + b"".join(_EPOCH.pack(epoch, start) for epoch, start in epochs),
+        )
+        return raw_name.decode("utf-8", "replace")
+
+    async def _read_acks(self, reader: asyncio.StreamReader, name: str) -> None:
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ReplicationRefused):
+            while True:
+                kind, payload = await _receive(reader)
+                if kind == b"A" and len(payload) == _I64.size:
+                    self.acked[name] = _I64.unpack(payload)[0]
+                    async with self.ack_progress:
+                        self.ack_progress.notify_all()
+
+    async def _stream(
+        self, writer: asyncio.StreamWriter, offset: int, acks: asyncio.Task[None]
+    ) -> None:
+        while not acks.done():
+            self._grew.clear()
+            frame = self._log.frame(
+                offset, max_bytes=FRAME_BYTES, commit_offset=self.commit_offset(list(self.acked))
+            )
+            await _send(writer, b"R", stream.encode(frame))
+            offset += len(frame.data)
+            if not frame.data:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._grew.wait(), self._heartbeat_s)
+
+
+class Follower:
+    """Follows a leader into a follower's store (module docstring)."""
+
+    def __init__(self, store: LocalStore, *, name: str, token: bytes) -> None:
+        self.log = FollowerLog(store)
+        self._name = name
+        self._token = token
+        self.progress = asyncio.Condition()
+
+    async def run(self, host: str, port: int) -> None:
+        """Follow until the connection ends (then return) or a refusal (raised)."""
+        reader, writer = await asyncio.open_connection(host, port)
+        try:
+            name = self._name.encode()
+            await _send(
+                writer,
+                b"H",
+                _U16.pack(len(self._token)) + self._token + _TERM.pack(self.log.state.term)
+                + _U16.pack(len(name)) + name,
+            )  # fmt: skip
+            kind, payload = await _receive(reader)
+            if kind != b"E":
+                raise ReplicationRefused("expected E")
+            term, leader_end, count = _EPOCHS_HEAD.unpack_from(payload)
+            entries = tuple(
+                EpochEntry(*_EPOCH.unpack_from(payload, _EPOCHS_HEAD.size + i * _EPOCH.size))
+                for i in range(count)
+            )
+            try:
+                start = await self.log.follow(
+                    EpochHistory(entries), leader_end=leader_end, term=term
+                )
+            except ReplicationRuleError as exc:
+                await _send(writer, b"X", str(exc).encode())
+                raise
+            await _send(writer, b"F", _I64.pack(start))
+            while True:
+                try:
+                    kind, payload = await _receive(reader)
+                except asyncio.IncompleteReadError:
+                    return
+                if kind != b"R":
+                    raise ReplicationRefused("expected R")
+                state = await self.log.apply(stream.decode(payload))
+                await _send(writer, b"A", _I64.pack(state.end))
+                async with self.progress:
+                    self.progress.notify_all()
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()

@@ -1,0 +1,143 @@
+"""Replication over a loopback TCP connection (issue 18, WORK IN PROGRESS): a follower
+catches up from zero and then follows live appends; a restarted follower goes on from its
+end; a wrong token or a stale leader is refused with nothing written; the leader's commit
+offset is what every follower acknowledged."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from popbroker.replicator.wire import Follower, Leader, ReplicationRefused
+from popbroker.store.api import MessageToAppend
+from popbroker.store.local import LocalStore
+from tests.integration.replication.test_follower_logs import TOPICS, _open, _segments, _term
+
+TOKEN = b"set-secret"
+WAIT_S = 30.0  # an upper bound on a wait for an observed state, never a sleep
+
+
+async def _until(follower: Follower, running: asyncio.Task[None], done: Callable[[], bool]) -> None:
+    """Wait (bounded) until ``done`` holds for the follower; its task ending first fails."""
+
+    async def wait() -> None:
+        async with follower.progress:
+            await follower.progress.wait_for(done)
+
+    waiting = asyncio.ensure_future(wait())
+    finished, _ = await asyncio.wait(
+        {waiting, running}, timeout=WAIT_S, return_when="FIRST_COMPLETED"
+    )
+    if waiting not in finished:
+        waiting.cancel()
+        if running in finished:
+            running.result()  # its exception, if any
+        raise AssertionError(f"follower at {follower.log.state}, condition not met")
+
+
+async def test_a_follower_catches_up_from_zero_and_follows_live_appends(tmp_path: Path) -> None:
+    leader_store, follower_store = await _open(tmp_path / "l"), await _open(tmp_path / "f")
+    leader = Leader(leader_store, term=2, token=TOKEN, heartbeat_s=0.05)
+    try:
+        await _term(leader_store, 1, random.Random(1), 20)
+        await _term(leader_store, 2, random.Random(2), 5)
+        port = await leader.start("127.0.0.1", 0)
+        follower = Follower(follower_store, name="f1", token=TOKEN)
+        running = asyncio.create_task(follower.run("127.0.0.1", port))
+        caught_up = lambda: follower.log.state.end == leader_store.commitlog.end  # noqa: E731
+        await _until(follower, running, caught_up)
+        await _appends(leader_store, random.Random(3), 15)  # live: the leader writes on
+        await _until(follower, running, caught_up)
+        assert _segments(follower_store) == _segments(leader_store)
+        assert follower_store.epochs() == leader_store.epochs()
+        await asyncio.wait_for(_acked(leader, "f1", leader_store.commitlog.end), WAIT_S)
+        assert leader.commit_offset(["f1"]) == leader_store.commitlog.end
+        assert leader.commit_offset(["f1", "never-connected"]) == 0
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+    finally:
+        await leader.stop()
+        await leader_store.close()
+        await follower_store.close()
+
+
+async def _appends(store: LocalStore, rng: random.Random, batches: int) -> None:
+    """More appends in the leader's current term."""
+    for batch in range(batches):
+        await store.append(
+            [
+                MessageToAppend(
+                    topic=rng.choice(TOPICS).name,
+                    queue_id=rng.randrange(2),
+                    body=rng.randbytes(rng.randint(100, 1500)),
+                    properties={"UNIQ_KEY": f"live-{batch}-{i}"},
+                )
+                for i in range(rng.randint(1, 5))
+            ]
+        )
+
+
+async def _acked(leader: Leader, name: str, end: int) -> None:
+    async with leader.ack_progress:
+        await leader.ack_progress.wait_for(lambda: leader.acked.get(name) == end)
+
+
+async def test_a_restarted_follower_goes_on_from_its_end(tmp_path: Path) -> None:
+    leader_store = await _open(tmp_path / "l")
+    leader = Leader(leader_store, term=1, token=TOKEN, heartbeat_s=0.05)
+    try:
+        await _term(leader_store, 1, random.Random(3), 30)
+        port = await leader.start("127.0.0.1", 0)
+        follower_store = await _open(tmp_path / "f")
+        follower = Follower(follower_store, name="f1", token=TOKEN)
+        running = asyncio.create_task(follower.run("127.0.0.1", port))
+        await _until(follower, running, lambda: follower.log.state.end > 0)
+        running.cancel()  # the follower goes mid-stream
+        await asyncio.gather(running, return_exceptions=True)
+        await follower_store.close()
+        follower_store = await _open(tmp_path / "f")
+        follower = Follower(follower_store, name="f1", token=TOKEN)
+        assert follower.log.state.end > 0
+        running = asyncio.create_task(follower.run("127.0.0.1", port))
+        await _until(
+            follower, running, lambda: follower.log.state.end == leader_store.commitlog.end
+        )
+        assert _segments(follower_store) == _segments(leader_store)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+        await follower_store.close()
+    finally:
+        await leader.stop()
+        await leader_store.close()
+
+
+@pytest.mark.parametrize("case", ["wrong token", "stale leader"])
+async def test_refusals_write_nothing(tmp_path: Path, case: str) -> None:
+    leader_store, follower_store = await _open(tmp_path / "l"), await _open(tmp_path / "f")
+    deposed: list[int] = []
+    leader = Leader(leader_store, term=3, token=TOKEN, heartbeat_s=0.05)
+    leader.on_deposed = deposed.append
+    try:
+        await _term(leader_store, 3, random.Random(4), 5)
+        port = await leader.start("127.0.0.1", 0)
+        follower = Follower(
+            follower_store, name="f1", token=b"wrong" if case == "wrong token" else TOKEN
+        )
+        if case == "stale leader":  # this follower has already followed term 5
+            await _term(follower_store, 5, random.Random(5), 1)
+            follower.log.state = type(follower.log.state)(
+                follower.log.state.history, follower.log.state.end, term=5
+            )
+        before = _segments(follower_store)
+        with pytest.raises(ReplicationRefused):
+            await asyncio.wait_for(follower.run("127.0.0.1", port), WAIT_S)
+        assert _segments(follower_store) == before
+        assert deposed == ([5] if case == "stale leader" else [])
+    finally:
+        await leader.stop()
+        await leader_store.close()
+        await follower_store.close()
