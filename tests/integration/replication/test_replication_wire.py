@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from popbroker.replicator.wire import Follower, Leader, ReplicationRefused
+from popbroker.replicator.wire import (
+    Follower,
+    Leader,
+    NotEnoughReplicas,
+    ReplicationRefused,
+    SyncAppends,
+)
 from popbroker.store.api import MessageToAppend
 from popbroker.store.local import LocalStore
 from tests.integration.replication.test_follower_logs import TOPICS, _open, _segments, _term
@@ -137,6 +143,49 @@ async def test_refusals_write_nothing(tmp_path: Path, case: str) -> None:
             await asyncio.wait_for(follower.run("127.0.0.1", port), WAIT_S)
         assert _segments(follower_store) == before
         assert deposed == ([5] if case == "stale leader" else [])
+    finally:
+        await leader.stop()
+        await leader_store.close()
+        await follower_store.close()
+
+
+def _message(i: int) -> MessageToAppend:
+    return MessageToAppend(topic="orders", queue_id=0, body=b"m%d" % i, properties={})
+
+
+async def test_a_sync_append_is_answered_once_the_in_sync_follower_holds_it(
+    tmp_path: Path,
+) -> None:
+    leader_store, follower_store = await _open(tmp_path / "l"), await _open(tmp_path / "f")
+    leader = Leader(leader_store, term=1, token=TOKEN, heartbeat_s=0.05)
+    try:
+        leader_store.record_epoch(1, 0)
+        port = await leader.start("127.0.0.1", 0)
+        follower = Follower(follower_store, name="f1", token=TOKEN)
+        running = asyncio.create_task(follower.run("127.0.0.1", port))
+        appends = SyncAppends(leader_store, leader, min_in_sync=2, timeout_s=WAIT_S)
+        appends.in_sync = ["f1"]
+        for i in range(20):
+            (result,) = await appends.append([_message(i)])
+            # answered: the follower has it, durably (its store is SYNC)
+            assert follower_store.commitlog.end >= result.physical_offset + result.size
+            assert (await follower_store.info()).flushed_physical_offset >= result.physical_offset
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+        # the follower gone, still in the set: the write is not acknowledged in time
+        slow = SyncAppends(leader_store, leader, min_in_sync=2, timeout_s=0.3)
+        slow.in_sync = ["f1"]
+        with pytest.raises(NotEnoughReplicas, match="did not acknowledge"):
+            await slow.append([_message(99)])
+        # the set shrunk below its minimum: refused before anything is appended
+        end = leader_store.commitlog.end
+        slow.in_sync = []
+        with pytest.raises(NotEnoughReplicas, match="1 in-sync replicas, 2 needed"):
+            await slow.append([_message(100)])
+        assert leader_store.commitlog.end == end
+        alone = SyncAppends(leader_store, leader, min_in_sync=1, timeout_s=0.3)
+        assert await alone.append([_message(101)])  # minInSyncReplicas 1: the leader alone
     finally:
         await leader.stop()
         await leader_store.close()

@@ -37,6 +37,7 @@ from collections.abc import Callable
 from popbroker.replication import rules, stream
 from popbroker.replication.rules import EpochEntry, EpochHistory, ReplicationRuleError
 from popbroker.replicator.logs import FollowerLog, LeaderLog
+from popbroker.store.api import AppendResult, MessageToAppend
 from popbroker.store.local import LocalStore
 
 log = logging.getLogger(__name__)
@@ -243,3 +244,52 @@ class Follower:
             writer.close()
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
+
+
+class NotEnoughReplicas(Exception):
+    """A SYNC write refused before its append (the in-sync set is below its minimum), or
+    not acknowledged by the set in time (then it is on the leader, and may be lost)."""
+
+
+async def wait_committed(leader: Leader, end: int, *, members: list[str], timeout_s: float) -> None:
+    """Return once every member of the in-sync set has acknowledged ``end``
+    (``Leader.commit_offset``); ``NotEnoughReplicas`` after ``timeout_s``."""
+
+    async def committed() -> None:
+        async with leader.ack_progress:
+            await leader.ack_progress.wait_for(lambda: leader.commit_offset(members) >= end)
+
+    try:
+        await asyncio.wait_for(committed(), timeout_s)
+    except TimeoutError:
+        raise NotEnoughReplicas(
+            f"in-sync replicas {members} did not acknowledge {end} within {timeout_s}s "
+            f"(acknowledged: {dict(leader.acked)})"
+        ) from None
+
+
+class SyncAppends:
+    """A leader's SYNC appends: refused before the append when the in-sync set is below
+    ``min_in_sync`` (``rules.may_accept_writes``), answered once every in-sync follower
+    acknowledged them (``rules.commit_offset``). ``in_sync`` names the followers in the set
+    (the leader is always in it)."""
+
+    def __init__(
+        self, store: LocalStore, leader: Leader, *, min_in_sync: int, timeout_s: float
+    ) -> None:
+        self._store = store
+        self._leader = leader
+        self._min_in_sync = min_in_sync
+        self._timeout_s = timeout_s
+        self.in_sync: list[str] = []
+
+    async def append(self, messages: list[MessageToAppend]) -> list[AppendResult]:
+        members = list(self.in_sync)
+        if not rules.may_accept_writes(["", *members], self._min_in_sync):
+            raise NotEnoughReplicas(
+                f"{1 + len(members)} in-sync replicas, {self._min_in_sync} needed"
+            )
+        results = await self._store.append(messages)
+        end = max(r.physical_offset + r.size for r in results)
+        await wait_committed(self._leader, end, members=members, timeout_s=self._timeout_s)
+        return results
