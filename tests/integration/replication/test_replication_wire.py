@@ -130,14 +130,14 @@ async def test_refusals_write_nothing(tmp_path: Path, case: str) -> None:
     try:
         await _term(leader_store, 3, random.Random(4), 5)
         port = await leader.start("127.0.0.1", 0)
+        if case == "stale leader":  # this replica followed term 5 before it restarted
+            await _term(follower_store, 5, random.Random(5), 1)
+            follower_store.record_term(5)
+            await follower_store.close()
+            follower_store = await _open(tmp_path / "f")
         follower = Follower(
             follower_store, name="f1", token=b"wrong" if case == "wrong token" else TOKEN
         )
-        if case == "stale leader":  # this follower has already followed term 5
-            await _term(follower_store, 5, random.Random(5), 1)
-            follower.log.state = type(follower.log.state)(
-                follower.log.state.history, follower.log.state.end, term=5
-            )
         before = _segments(follower_store)
         with pytest.raises(ReplicationRefused):
             await asyncio.wait_for(follower.run("127.0.0.1", port), WAIT_S)

@@ -273,5 +273,11 @@ async def test_the_epoch_history_is_kept_checked_and_cut_with_the_log(tmp_path: 
             await killed.close()
         store.record_epoch(5, cut_at)  # the next term starts where the cut left the log
         assert store.epochs() == ((1, 0), (5, cut_at))
+        store.record_term(7)  # seen, not yet written in
+        with pytest.raises(InvalidArgument):
+            store.record_term(6)
+        await store.close()
+        store = await _open_at(tmp_path / "s")
+        assert (store.term(), store.epochs()) == (7, ((1, 0), (5, cut_at)))
     finally:
         await store.close()

@@ -58,7 +58,7 @@ class FollowerLog:
 
     def __init__(self, store: LocalStore) -> None:
         self._store = store
-        self.state = stream.FollowerState(history_of(store), store.commitlog.end, term=0)
+        self.state = stream.FollowerState(history_of(store), store.commitlog.end, term=store.term())
 
     async def follow(self, leader: EpochHistory, *, leader_end: int, term: int) -> int:
         """Start following a new term's leader: cut where the histories part; returns the
@@ -66,6 +66,7 @@ class FollowerLog:
         (the follower refuses rather than guess) or the term is stale."""
         if term < self.state.term:
             raise stream.Refused(f"term {term} is behind {self.state.term}", stale=True)
+        self._store.record_term(term)  # before acting in it: fencing survives a restart
         point = divergence_point(
             leader, self.state.history, leader_end=leader_end, follower_end=self.state.end
         )
@@ -82,6 +83,8 @@ class FollowerLog:
     async def apply(self, frame: stream.Frame) -> stream.FollowerState:
         """Apply one frame: checked, its epoch recorded before its bytes, then written."""
         after = stream.apply(self.state, frame)
+        if after.term > self.state.term:
+            self._store.record_term(after.term)
         if after.history != self.state.history:
             newest = after.history.entries[-1]
             self._store.record_epoch(newest.epoch, newest.start_offset)

@@ -203,15 +203,17 @@ class _Prepared:
 EPOCHS_FILE = "epochs.json"
 
 
-def _load_epochs(path: Path) -> list[tuple[int, int]]:
+def _load_epochs(path: Path) -> tuple[list[tuple[int, int]], int]:
+    """The epoch history and the highest term seen (none yet: empty, 0)."""
     raw, _source = atomicfiles.read_json(path)
     if raw is None:
-        return []
+        return [], 0
     try:
         epochs = [(int(epoch), int(start)) for epoch, start in raw["epochs"]]
-    except (KeyError, TypeError, ValueError) as exc:
+        term = int(raw.get("term", 0))
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
         raise CorruptStore(f"{path} does not hold an epoch history: {exc}") from exc
-    return epochs
+    return epochs, max(term, max((e for e, _ in epochs), default=0))
 
 
 def _first_entry_at_or_after(cq: ConsumeQueue, physical_offset: int) -> int:
@@ -262,6 +264,7 @@ class LocalStore:
         self._pending: list[_Dispatch] = []
         self._dispatched_position = 0
         self._epochs: list[tuple[int, int]] = []  # (epoch, start offset): issue 18
+        self._term = 0  # the highest leadership term this replica has seen: issue 18
         self._listeners: set[_ArrivalListener] = set()
         self.flusher = Flusher(self, flushed_position=self.commitlog.end)
 
@@ -327,7 +330,7 @@ class LocalStore:
             cq.advance_min(self.commitlog.min_offset)
             self._next_queue_offset[key] = cq.max_queue_offset
         self._dispatched_position = self.commitlog.end
-        epochs = _load_epochs(self._config_dir / EPOCHS_FILE)
+        epochs, self._term = _load_epochs(self._config_dir / EPOCHS_FILE)
         kept = [e for e in epochs if e[1] <= self.commitlog.end]
         self._epochs = epochs
         if kept != epochs:  # unflushed bytes lost with a crash took an epoch's start along
@@ -605,9 +608,25 @@ class LocalStore:
                 )
             self._write_epochs_locked([*self._epochs, (epoch, start_offset)])
 
+    def term(self) -> int:
+        """The highest leadership term this replica has seen (0: none)."""
+        with self._lock:
+            return self._term
+
+    def record_term(self, term: int) -> None:
+        """Remember ``term`` durably before acting in it: after a restart a replica still
+        refuses a deposed leader (fencing survives the process). Terms never go back."""
+        with self._lock:
+            if term < self._term:
+                raise InvalidArgument(f"term {term} is behind {self._term}")
+            if term > self._term:
+                self._term = term
+                self._write_epochs_locked(self._epochs)
+
     def _write_epochs_locked(self, epochs: list[tuple[int, int]]) -> None:
         atomicfiles.write_json(
-            self._config_dir / EPOCHS_FILE, {"version": 1, "epochs": [list(e) for e in epochs]}
+            self._config_dir / EPOCHS_FILE,
+            {"version": 1, "term": self._term, "epochs": [list(e) for e in epochs]},
         )
         self._epochs = epochs
 
