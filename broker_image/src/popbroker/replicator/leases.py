@@ -1,0 +1,163 @@
+"""Who leads a broker set, on a Kubernetes Lease (issue 18, WORK IN PROGRESS: no role runs
+it yet). The decisions are :mod:`popbroker.replication.lease`'s; this is their I/O.
+
+One ``coordination.k8s.io/v1`` Lease per broker set. ``spec.holderIdentity`` is the leader
+(its pod name), the annotation ``popfleet.io/term`` our term counter. Every write carries the
+``resourceVersion`` read (a replace, or a create for a missing Lease), so two candidates
+racing for one term cannot both win: the API server answers the loser 409. A candidate
+measures the holder's silence by its own clock (``Observer``), never by ``renewTime``.
+
+:meth:`LeaseCoordinator.step` is one round of the loop a broker runs every ``retry_ms``:
+read, decide, write, and report who holds which term and whether this replica may serve
+(its last renewal younger than ``renew_deadline_ms``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from popbroker.replication import lease
+
+TERM_ANNOTATION = "popfleet.io/term"
+
+
+@dataclass(frozen=True, slots=True)
+class Standing:
+    """After a round: the holder and term the Lease names, and whether this replica serves."""
+
+    holder: str | None
+    term: int
+    serving: bool
+
+
+class LeaseCoordinator:
+    """One replica's side of a broker set's Lease (module docstring)."""
+
+    def __init__(
+        self,
+        api: client.CoordinationV1Api,
+        *,
+        namespace: str,
+        name: str,
+        me: str,
+        lease_ms: int,
+        renew_deadline_ms: int,
+        retry_ms: int,
+        clock_ms: Callable[[], int],
+        eligible: Callable[[], bool] = lambda: True,
+    ) -> None:
+        lease.check_timing(
+            lease_ms=lease_ms, renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms
+        )
+        self._api = api
+        self._namespace = namespace
+        self._name = name
+        self.me = me
+        self._lease_ms = lease_ms
+        self._renew_deadline_ms = renew_deadline_ms
+        self._clock_ms = clock_ms
+        self._eligible = eligible
+        self._observer = lease.Observer()
+        self._last_renewed_ms: int | None = None
+        self._term = 0
+
+    async def step(self) -> Standing:
+        """Read, decide, write once (see the module docstring)."""
+        now = self._clock_ms()
+        body = await self._read()
+        record = _record(body)
+        decision = lease.decide(
+            self.me,
+            record,
+            unchanged_ms=self._observer.observe(record, now),
+            lease_ms=self._lease_ms,
+            eligible=self._eligible(),
+        )
+        if isinstance(decision, lease.Wait):
+            if record.holder != self.me:
+                self._last_renewed_ms = None
+            return self._standing(record.holder, record.term, now)
+        term = decision.term
+        if await self._write(body, term, now):
+            self._last_renewed_ms = now
+            self._term = term
+            return self._standing(self.me, term, now)
+        self._last_renewed_ms = None  # someone else moved: read again next round
+        return self._standing(record.holder, record.term, now)
+
+    def may_serve(self) -> bool:
+        return lease.may_serve(
+            last_renewed_ms=self._last_renewed_ms,
+            now_ms=self._clock_ms(),
+            renew_deadline_ms=self._renew_deadline_ms,
+        )
+
+    def _standing(self, holder: str | None, term: int, now: int) -> Standing:
+        serving = holder == self.me and lease.may_serve(
+            last_renewed_ms=self._last_renewed_ms, now_ms=now,
+            renew_deadline_ms=self._renew_deadline_ms,
+        )  # fmt: skip
+        return Standing(holder, term, serving)
+
+    async def _read(self) -> Any | None:
+        try:
+            return await self._api.read_namespaced_lease(self._name, self._namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    async def _write(self, body: Any | None, term: int, now_ms: int) -> bool:
+        """Hold the Lease for ``term``; False when another write got there first (409)."""
+        stamp = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
+        seconds = max(1, self._lease_ms // 1000)
+        try:
+            if body is None:
+                await self._api.create_namespaced_lease(
+                    self._namespace,
+                    client.V1Lease(
+                        metadata=client.V1ObjectMeta(
+                            name=self._name, annotations={TERM_ANNOTATION: str(term)}
+                        ),
+                        spec=client.V1LeaseSpec(
+                            holder_identity=self.me,
+                            lease_duration_seconds=seconds,
+                            acquire_time=stamp,
+                            renew_time=stamp,
+                        ),
+                    ),
+                )
+                return True
+            taking_over = body.spec.holder_identity != self.me
+            body.metadata.annotations = {
+                **(body.metadata.annotations or {}),
+                TERM_ANNOTATION: str(term),
+            }
+            body.spec.holder_identity = self.me
+            body.spec.lease_duration_seconds = seconds
+            body.spec.renew_time = stamp
+            if taking_over:
+                body.spec.acquire_time = stamp
+            await self._api.replace_namespaced_lease(self._name, self._namespace, body)
+            return True
+        except ApiException as exc:
+            if exc.status == 409:  # created meanwhile, or its resourceVersion moved on
+                return False
+            raise
+
+
+def _record(body: Any | None) -> lease.Record:
+    if body is None:
+        return lease.Record(None, 0, "")
+    annotations = body.metadata.annotations or {}
+    try:
+        term = int(annotations.get(TERM_ANNOTATION, "0"))
+    except ValueError:
+        term = 0
+    return lease.Record(body.spec.holder_identity, term, body.metadata.resource_version)

@@ -1,0 +1,106 @@
+"""Leadership of a broker set on a real kube-apiserver's Lease (issue 18, WORK IN PROGRESS):
+the first candidate creates it with term 1; others wait while the holder renews; when the
+holder goes silent, a candidate takes over with the next term only after it has seen the
+record unchanged for the lease time by its own clock; a frozen holder that wakes finds the
+new term and stops serving; an ineligible candidate never takes over; candidates racing
+for a free Lease get one winner (the API server's compare-and-swap)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from popbroker.replicator.leases import LeaseCoordinator, Standing
+from popfleet_testbed import cluster
+
+LEASE_MS, DEADLINE_MS, RETRY_MS = 3_000, 2_000, 1_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+@pytest.fixture
+async def api(testbed: cluster.Cluster) -> AsyncIterator[client.CoordinationV1Api]:
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(testbed.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api_client:
+        yield client.CoordinationV1Api(api_client)
+
+
+def _candidate(
+    api: client.CoordinationV1Api, namespace: str, me: str, *, eligible: bool = True
+) -> tuple[LeaseCoordinator, Clock]:
+    clock = Clock()
+    return (
+        LeaseCoordinator(
+            api,
+            namespace=namespace,
+            name="broker-0",
+            me=me,
+            lease_ms=LEASE_MS,
+            renew_deadline_ms=DEADLINE_MS,
+            retry_ms=RETRY_MS,
+            clock_ms=clock,
+            eligible=lambda: eligible,
+        ),
+        clock,
+    )
+
+
+async def test_a_silent_holder_is_replaced_with_the_next_term(
+    api: client.CoordinationV1Api, testbed_namespace: str
+) -> None:
+    a, a_clock = _candidate(api, testbed_namespace, "a")
+    b, b_clock = _candidate(api, testbed_namespace, "b")
+    c, c_clock = _candidate(api, testbed_namespace, "c", eligible=False)
+    assert await a.step() == Standing("a", 1, serving=True)
+    assert await b.step() == Standing("a", 1, serving=False)
+    for _ in range(5):  # the holder renews: nobody takes over, however long it lasts
+        for clock in (a_clock, b_clock, c_clock):
+            clock.ms += RETRY_MS
+        assert await a.step() == Standing("a", 1, serving=True)
+        assert (await b.step()).holder == "a"
+        assert (await c.step()).holder == "a"
+
+    # a freezes (its clock too); b and c see the record unchanged for the lease time
+    rounds = 0
+    while True:
+        b_clock.ms += RETRY_MS
+        c_clock.ms += RETRY_MS
+        assert (await c.step()).holder == "a"  # ineligible: never takes over
+        standing = await b.step()
+        rounds += 1
+        if standing.holder == "b":
+            break
+        assert rounds < 10
+    assert standing == Standing("b", 2, serving=True)
+    assert rounds == LEASE_MS // RETRY_MS  # not one round earlier
+    assert a.may_serve()  # frozen: by its own clock it still may; the term fences it
+
+    woke = await a.step()
+    assert woke == Standing("b", 2, serving=False)
+    assert not a.may_serve()
+
+
+async def test_racing_candidates_get_one_winner(
+    api: client.CoordinationV1Api, testbed_namespace: str
+) -> None:
+    candidates = [_candidate(api, testbed_namespace, name)[0] for name in "xyz"]
+    standings = await asyncio.gather(*(c.step() for c in candidates))
+    winners = {s.holder for s in standings if s.serving}
+    assert len(winners) == 1
+    holders = {s.holder for s in standings}
+    assert holders <= {*winners, None} | {winners.copy().pop()}
+    again = await asyncio.gather(*(c.step() for c in candidates))
+    assert {s.holder for s in again} == winners
+    assert {s.term for s in again} == {1}
