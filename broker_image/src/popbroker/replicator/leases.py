@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
@@ -114,42 +114,46 @@ class LeaseCoordinator:
             raise
 
     async def _write(self, body: Any | None, term: int, now_ms: int) -> bool:
-        """Hold the Lease for ``term``; False when another write got there first (409)."""
-        stamp = datetime.fromtimestamp(now_ms / 1000, tz=UTC)
-        seconds = max(1, self._lease_ms // 1000)
+        """Hold the Lease for ``term``; False when another write got there first (409).
+
+        The body is written as plain JSON: the times are MicroTime, which the API server
+        parses only with the microseconds written out, and the client's models would write
+        a whole second without them (informational only: nobody trusts ``renewTime``).
+        """
+        stamp = datetime.fromtimestamp(now_ms / 1000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        spec: dict[str, Any] = {
+            "holderIdentity": self.me,
+            "leaseDurationSeconds": max(1, self._lease_ms // 1000),
+            "renewTime": stamp,
+            "acquireTime": stamp,
+        }
+        metadata: dict[str, Any] = {"name": self._name, "annotations": {TERM_ANNOTATION: str(term)}}
         try:
             if body is None:
                 await self._api.create_namespaced_lease(
-                    self._namespace,
-                    client.V1Lease(
-                        metadata=client.V1ObjectMeta(
-                            name=self._name, annotations={TERM_ANNOTATION: str(term)}
-                        ),
-                        spec=client.V1LeaseSpec(
-                            holder_identity=self.me,
-                            lease_duration_seconds=seconds,
-                            acquire_time=stamp,
-                            renew_time=stamp,
-                        ),
-                    ),
+                    self._namespace, cast(Any, _lease(metadata, spec))
                 )
                 return True
-            taking_over = body.spec.holder_identity != self.me
-            body.metadata.annotations = {
+            if body.spec.holder_identity == self.me and body.spec.acquire_time is not None:
+                spec["acquireTime"] = body.spec.acquire_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+            metadata["resourceVersion"] = body.metadata.resource_version
+            metadata["annotations"] = {
                 **(body.metadata.annotations or {}),
-                TERM_ANNOTATION: str(term),
+                **metadata["annotations"],
             }
-            body.spec.holder_identity = self.me
-            body.spec.lease_duration_seconds = seconds
-            body.spec.renew_time = stamp
-            if taking_over:
-                body.spec.acquire_time = stamp
-            await self._api.replace_namespaced_lease(self._name, self._namespace, body)
+            await self._api.replace_namespaced_lease(
+                self._name, self._namespace, cast(Any, _lease(metadata, spec))
+            )
             return True
         except ApiException as exc:
             if exc.status == 409:  # created meanwhile, or its resourceVersion moved on
                 return False
             raise
+
+
+def _lease(metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
+            "spec": spec}  # fmt: skip
 
 
 def _record(body: Any | None) -> lease.Record:
