@@ -99,8 +99,8 @@ async def test_racing_candidates_get_one_winner(
     standings = await asyncio.gather(*(c.step() for c in candidates))
     winners = {s.holder for s in standings if s.serving}
     assert len(winners) == 1
-    holders = {s.holder for s in standings}
-    assert holders <= {*winners, None} | {winners.copy().pop()}
+    # a loser names the holder it read before its write was refused: none, or the winner
+    assert {s.holder for s in standings} <= {*winners, None}
     again = await asyncio.gather(*(c.step() for c in candidates))
     assert {s.holder for s in again} == winners
     assert {s.term for s in again} == {1}
