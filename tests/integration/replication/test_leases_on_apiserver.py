@@ -104,3 +104,22 @@ async def test_racing_candidates_get_one_winner(
     again = await asyncio.gather(*(c.step() for c in candidates))
     assert {s.holder for s in again} == winners
     assert {s.term for s in again} == {1}
+
+
+async def test_only_a_member_of_the_recorded_in_sync_set_takes_over(
+    api: client.CoordinationV1Api, testbed_namespace: str
+) -> None:
+    a, _ = _candidate(api, testbed_namespace, "a")
+    b, b_clock = _candidate(api, testbed_namespace, "b")
+    c, c_clock = _candidate(api, testbed_namespace, "c")
+    assert (await a.step(in_sync=["b"])).serving  # a records {a, b}: c fell behind
+    for _ in range(2 * LEASE_MS // RETRY_MS):  # a is silent from here on
+        b_clock.ms += RETRY_MS
+        c_clock.ms += RETRY_MS
+        assert (await c.step()).holder != "c"  # never: it is not in the set
+        if (await b.step()).holder == "b":
+            break
+    standing = await c.step()
+    assert standing == Standing("b", 2, serving=False)
+    lease_object = await api.read_namespaced_lease("broker-0", testbed_namespace)
+    assert lease_object.metadata.annotations["popfleet.io/in-sync"] == "a,b"  # kept as it was

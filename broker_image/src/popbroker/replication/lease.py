@@ -47,11 +47,18 @@ def check_timing(*, lease_ms: int, renew_deadline_ms: int, retry_ms: int) -> Non
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """The Lease as read: holder (None when released), our term, its resourceVersion."""
+    """The Lease as read: holder (None when released), our term, its resourceVersion, and
+    the in-sync set the holder last recorded there (empty before any)."""
 
     holder: str | None
     term: int
     version: str
+    in_sync: frozenset[str] = frozenset()
+
+    def may_lead(self, me: str) -> bool:
+        """Only a member of the recorded in-sync set may lead the next term (rule 4 of
+        ``popbroker.replication.rules``); before any set is recorded, anyone may."""
+        return not self.in_sync or me in self.in_sync
 
 
 @dataclass(frozen=True, slots=True)

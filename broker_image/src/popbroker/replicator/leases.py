@@ -14,7 +14,7 @@ read, decide, write, and report who holds which term and whether this replica ma
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -25,6 +25,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 from popbroker.replication import lease
 
 TERM_ANNOTATION = "popfleet.io/term"
+IN_SYNC_ANNOTATION = "popfleet.io/in-sync"  # comma-separated replica names
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +68,10 @@ class LeaseCoordinator:
         self._last_renewed_ms: int | None = None
         self._term = 0
 
-    async def step(self) -> Standing:
-        """Read, decide, write once (see the module docstring)."""
+    async def step(self, in_sync: Collection[str] | None = None) -> Standing:
+        """Read, decide, write once (see the module docstring). A holder records
+        ``in_sync`` with its renewal (None: keep the recorded set); a candidate outside the
+        recorded set never takes over."""
         now = self._clock_ms()
         body = await self._read()
         record = _record(body)
@@ -77,14 +80,15 @@ class LeaseCoordinator:
             record,
             unchanged_ms=self._observer.observe(record, now),
             lease_ms=self._lease_ms,
-            eligible=self._eligible(),
+            eligible=self._eligible() and record.may_lead(self.me),
         )
         if isinstance(decision, lease.Wait):
             if record.holder != self.me:
                 self._last_renewed_ms = None
             return self._standing(record.holder, record.term, now)
         term = decision.term
-        if await self._write(body, term, now):
+        members = record.in_sync if in_sync is None else frozenset(in_sync) | {self.me}
+        if await self._write(body, term, now_ms=now, in_sync=members):
             self._last_renewed_ms = now
             self._term = term
             return self._standing(self.me, term, now)
@@ -113,7 +117,9 @@ class LeaseCoordinator:
                 return None
             raise
 
-    async def _write(self, body: Any | None, term: int, now_ms: int) -> bool:
+    async def _write(
+        self, body: Any | None, term: int, *, now_ms: int, in_sync: frozenset[str]
+    ) -> bool:
         """Hold the Lease for ``term``; False when another write got there first (409).
 
         The body is written as plain JSON: the times are MicroTime, which the API server
@@ -127,7 +133,8 @@ class LeaseCoordinator:
             "renewTime": stamp,
             "acquireTime": stamp,
         }
-        metadata: dict[str, Any] = {"name": self._name, "annotations": {TERM_ANNOTATION: str(term)}}
+        ours = {TERM_ANNOTATION: str(term), IN_SYNC_ANNOTATION: ",".join(sorted(in_sync))}
+        metadata: dict[str, Any] = {"name": self._name, "annotations": ours}
         try:
             if body is None:
                 await self._api.create_namespaced_lease(
@@ -137,10 +144,7 @@ class LeaseCoordinator:
             if body.spec.holder_identity == self.me and body.spec.acquire_time is not None:
                 spec["acquireTime"] = body.spec.acquire_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             metadata["resourceVersion"] = body.metadata.resource_version
-            metadata["annotations"] = {
-                **(body.metadata.annotations or {}),
-                **metadata["annotations"],
-            }
+            metadata["annotations"] = {**(body.metadata.annotations or {}), **ours}
             await self._api.replace_namespaced_lease(
                 self._name, self._namespace, cast(Any, _lease(metadata, spec))
             )
@@ -164,4 +168,5 @@ def _record(body: Any | None) -> lease.Record:
         term = int(annotations.get(TERM_ANNOTATION, "0"))
     except ValueError:
         term = 0
-    return lease.Record(body.spec.holder_identity, term, body.metadata.resource_version)
+    members = frozenset(m for m in annotations.get(IN_SYNC_ANNOTATION, "").split(",") if m)
+    return lease.Record(body.spec.holder_identity, term, body.metadata.resource_version, members)
