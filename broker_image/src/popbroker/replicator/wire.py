@@ -95,6 +95,8 @@ class Leader:
         self._server: asyncio.Server | None = None
         self._watch: asyncio.Task[None] | None = None
         self.on_deposed: Callable[[int], None] = lambda term: None
+        # every acknowledgement, with the leader's end when it arrived (the in-sync set's lag)
+        self.on_ack: Callable[[str, int, int], None] = lambda name, end, leader_end: None
 
     @property
     def term(self) -> int:
@@ -175,6 +177,7 @@ class Leader:
                 kind, payload = await _receive(reader)
                 if kind == b"A" and len(payload) == _I64.size:
                     self.acked[name] = _I64.unpack(payload)[0]
+                    self.on_ack(name, self.acked[name], self._store.commitlog.end)
                     async with self.ack_progress:
                         self.ack_progress.notify_all()
 
@@ -251,28 +254,32 @@ class NotEnoughReplicas(Exception):
     not acknowledged by the set in time (then it is on the leader, and may be lost)."""
 
 
-async def wait_committed(leader: Leader, end: int, *, members: list[str], timeout_s: float) -> None:
-    """Return once every member of the in-sync set has acknowledged ``end``
-    (``Leader.commit_offset``); ``NotEnoughReplicas`` after ``timeout_s``."""
+async def wait_committed(
+    leader: Leader, end: int, *, members: Callable[[], list[str]], timeout_s: float
+) -> None:
+    """Return once every follower ``members()`` names has acknowledged ``end``
+    (``Leader.commit_offset``), asked again on every acknowledgement and every change of
+    the set (``leader.ack_progress``); ``NotEnoughReplicas`` after ``timeout_s``."""
 
     async def committed() -> None:
         async with leader.ack_progress:
-            await leader.ack_progress.wait_for(lambda: leader.commit_offset(members) >= end)
+            await leader.ack_progress.wait_for(lambda: leader.commit_offset(members()) >= end)
 
     try:
         await asyncio.wait_for(committed(), timeout_s)
     except TimeoutError:
         raise NotEnoughReplicas(
-            f"in-sync replicas {members} did not acknowledge {end} within {timeout_s}s "
+            f"in-sync replicas {members()} did not acknowledge {end} within {timeout_s}s "
             f"(acknowledged: {dict(leader.acked)})"
         ) from None
 
 
 class SyncAppends:
     """A leader's SYNC appends: refused before the append when the in-sync set is below
-    ``min_in_sync`` (``rules.may_accept_writes``), answered once every in-sync follower
-    acknowledged them (``rules.commit_offset``). ``in_sync`` names the followers in the set
-    (the leader is always in it)."""
+    ``min_in_sync`` (``rules.may_accept_writes``), answered once every follower whose
+    acknowledgement counts has it (``rules.commit_offset``). ``in_sync`` names the followers
+    in the recorded set (the leader is always in it); ``counted`` (default: the same) those
+    a write waits for, which is more while a shrink is not yet recorded on the Lease."""
 
     def __init__(
         self, store: LocalStore, leader: Leader, *, min_in_sync: int, timeout_s: float
@@ -282,6 +289,7 @@ class SyncAppends:
         self._min_in_sync = min_in_sync
         self._timeout_s = timeout_s
         self.in_sync: list[str] = []
+        self.counted: Callable[[], list[str]] = lambda: list(self.in_sync)
 
     async def append(self, messages: list[MessageToAppend]) -> list[AppendResult]:
         members = list(self.in_sync)
@@ -291,5 +299,5 @@ class SyncAppends:
             )
         results = await self._store.append(messages)
         end = max(r.physical_offset + r.size for r in results)
-        await wait_committed(self._leader, end, members=members, timeout_s=self._timeout_s)
+        await wait_committed(self._leader, end, members=self.counted, timeout_s=self._timeout_s)
         return results
