@@ -1,0 +1,137 @@
+"""One replica of a broker set, leading or following by the Lease (issue 18, WORK IN
+PROGRESS: the store role does not run it yet).
+
+Every round (the caller runs one per ``retry_ms``): the leader runs its duty round
+(:class:`~popbroker.replicator.duty.LeaderDuty`: renew with the proposed in-sync set); any
+other replica runs a Lease step. Then it acts on what the Lease says:
+
+* it holds the Lease and may serve, and was not leading: it **becomes the leader** of that
+  term. The term is recorded, then the epoch at its log's end (before any byte of it), the
+  follower connection is closed, and its replication server starts on its own address.
+* someone else holds it: it **follows** the holder (one follower connection, opened again
+  after it ends, to the holder's address in ``peers``), and stops leading if it was.
+* it may no longer serve (its renewal is older than the deadline): it stops leading.
+
+Only the leader's :attr:`Replica.appends` accepts writes; a follower has none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+
+from kubernetes_asyncio import client
+
+from popbroker.replication.insync import InSyncSet
+from popbroker.replicator.duty import LeaderDuty
+from popbroker.replicator.leases import LeaseCoordinator, Standing
+from popbroker.replicator.wire import Follower, Leader, ReplicationRefused, SyncAppends
+from popbroker.store.local import LocalStore
+
+log = logging.getLogger(__name__)
+
+
+class Replica:
+    """One replica (module docstring)."""
+
+    def __init__(
+        self,
+        store: LocalStore,
+        *,
+        name: str,
+        api: client.CoordinationV1Api,
+        namespace: str,
+        lease_name: str,
+        peers: Mapping[str, tuple[str, int]],
+        token: bytes,
+        clock_ms: Callable[[], int],
+        lease_ms: int,
+        renew_deadline_ms: int,
+        retry_ms: int,
+        max_lag_ms: int,
+        min_in_sync: int,
+        ack_timeout_s: float,
+        heartbeat_s: float = 0.05,
+    ) -> None:
+        self.store = store
+        self.name = name
+        self._peers = dict(peers)
+        self._token = token
+        self._clock_ms = clock_ms
+        self._max_lag_ms = max_lag_ms
+        self._min_in_sync = min_in_sync
+        self._ack_timeout_s = ack_timeout_s
+        self._heartbeat_s = heartbeat_s
+        self.coordinator = LeaseCoordinator(
+            api, namespace=namespace, name=lease_name, me=name, lease_ms=lease_ms,
+            renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms, clock_ms=clock_ms,
+        )  # fmt: skip
+        self.leader: Leader | None = None
+        self.appends: SyncAppends | None = None
+        self._duty: LeaderDuty | None = None
+        self._following: tuple[str, asyncio.Task[None]] | None = None
+
+    async def round(self) -> Standing:
+        standing = await (self._duty.round() if self._duty else self.coordinator.step())
+        if standing.holder == self.name and standing.serving:
+            if self.leader is None:
+                await self._lead(standing.term)
+        else:
+            if self.leader is not None:
+                await self._step_down()
+            if standing.holder not in (None, self.name):
+                self._follow(standing.holder)
+        return standing
+
+    async def stop(self) -> None:
+        await self._step_down()
+        await self._stop_following()
+
+    async def _lead(self, term: int) -> None:
+        await self._stop_following()
+        self.store.record_term(term)
+        epochs = self.store.epochs()
+        if not epochs or epochs[-1][0] < term:  # a term led again after a pause has its epoch
+            self.store.record_epoch(term, self.store.commitlog.end)
+        leader = Leader(self.store, term=term, token=self._token, heartbeat_s=self._heartbeat_s)
+        host, port = self._peers[self.name]
+        await leader.start(host, port)
+        insync = InSyncSet(leader=self.name, max_lag_ms=self._max_lag_ms, clock_ms=self._clock_ms)
+        appends = SyncAppends(
+            self.store, leader, min_in_sync=self._min_in_sync, timeout_s=self._ack_timeout_s
+        )
+        self._duty = LeaderDuty(
+            self.store, leader=leader, coordinator=self.coordinator, insync=insync,
+            appends=appends,
+        )  # fmt: skip
+        self.leader, self.appends = leader, appends
+        log.info("%s leads term %d", self.name, term)
+
+    async def _step_down(self) -> None:
+        if self.leader is not None:
+            await self.leader.stop()
+            log.info("%s stops leading term %d", self.name, self.leader.term)
+        self.leader, self.appends, self._duty = None, None, None
+
+    def _follow(self, holder: str) -> None:
+        if self._following is not None:
+            current, task = self._following
+            if current == holder and not task.done():
+                return
+            task.cancel()
+        host, port = self._peers[holder]
+        follower = Follower(self.store, name=self.name, token=self._token)
+        self._following = (holder, asyncio.create_task(self._run_follower(follower, host, port)))
+
+    async def _run_follower(self, follower: Follower, host: str, port: int) -> None:
+        with contextlib.suppress(ConnectionError, ReplicationRefused, asyncio.IncompleteReadError):
+            await follower.run(host, port)
+
+    async def _stop_following(self) -> None:
+        if self._following is not None:
+            _, task = self._following
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            self._following = None

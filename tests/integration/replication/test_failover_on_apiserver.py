@@ -1,0 +1,147 @@
+"""Failover of a broker set (issue 18, WORK IN PROGRESS): three replicas in this process,
+their Lease on the testbed's kube-apiserver, replication over loopback. The leader takes
+SYNC writes (minInSyncReplicas 2); it is killed (its tasks cancelled, its files left); once
+the lease time has passed by the others' clocks one of them leads the next term and the
+other follows it; every acknowledged write is on the new leader; the old leader, restarted,
+follows, cuts what it had alone and becomes a byte-for-byte copy."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kubernetes_asyncio import client, config
+
+from popbroker.replicator.replica import Replica
+from popbroker.store.api import MessageToAppend
+from popbroker.store.local import LocalStore
+from popfleet_testbed import cluster
+from tests.integration.replication.test_follower_logs import _open, _segments
+
+TOKEN = b"set-secret"
+LEASE_MS, DEADLINE_MS, RETRY_MS, LAG_MS = 6_000, 4_000, 1_000, 3_000
+ROUNDS = 60  # a bound on every loop of rounds below
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+@pytest.fixture
+async def api(testbed: cluster.Cluster) -> AsyncIterator[client.CoordinationV1Api]:
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=str(testbed.kubeconfig), client_configuration=configuration
+    )
+    async with client.ApiClient(configuration) as api_client:
+        yield client.CoordinationV1Api(api_client)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _message(i: int) -> list[MessageToAppend]:
+    return [
+        MessageToAppend(
+            topic="orders", queue_id=i % 2, body=b"m%d" % i, properties={"UNIQ_KEY": str(i)}
+        )
+    ]
+
+
+async def _keys(store: LocalStore) -> set[str]:
+    keys: set[str] = set()
+    for queue_id in range(2):
+        offset = 0
+        while True:
+            read = await store.read("orders", queue_id, offset, max_count=32)
+            if not read.messages:
+                break
+            keys |= {m.properties["UNIQ_KEY"] for m in read.messages}
+            offset = read.messages[-1].queue_offset + 1
+    return keys
+
+
+async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
+    api: client.CoordinationV1Api, testbed_namespace: str, tmp_path: Path
+) -> None:
+    clock = Clock()
+    peers = {name: ("127.0.0.1", _free_port()) for name in "abc"}
+
+    async def replica(name: str) -> Replica:
+        return Replica(
+            await _open(tmp_path / name), name=name, api=api, namespace=testbed_namespace,
+            lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
+            lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
+            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0,
+        )  # fmt: skip
+
+    replicas = {name: await replica(name) for name in "abc"}
+    live = dict(replicas)
+
+    async def rounds_until(done: object) -> None:
+        for _ in range(ROUNDS):
+            for r in list(live.values()):  # one after another: the first to ask leads
+                await r.round()
+            if done():  # type: ignore[operator]
+                return
+            await asyncio.sleep(0.05)  # the followers' connections move between rounds
+            clock.ms += RETRY_MS
+        raise AssertionError("the set did not get there within its rounds")
+
+    try:
+        await rounds_until(
+            lambda: (
+                replicas["a"].appends is not None and replicas["a"].appends.in_sync == ["b", "c"]
+            )
+        )
+        appends = replicas["a"].appends
+        assert appends is not None
+        acknowledged = set()
+        for i in range(40):
+            await appends.append(_message(i))
+            acknowledged.add(str(i))
+        # a writes more that never gets acknowledged: the followers are cut off first
+        for name in "bc":
+            await replicas[name]._stop_following()
+            live.pop(name)
+        await replicas["a"].store.append(_message(1000))  # on a alone
+        live.pop("a")
+        await replicas["a"].stop()  # killed: its tasks end, its files stay
+        await replicas["a"].store.close()
+        live.update(b=replicas["b"], c=replicas["c"])
+
+        await rounds_until(
+            lambda: any(r.appends is not None and r.appends.in_sync for r in live.values())
+        )
+        new = next(r for r in live.values() if r.appends is not None)
+        assert new.coordinator.me in "bc"
+        assert new.leader is not None and new.leader.term == 2
+        assert acknowledged <= await _keys(new.store)  # nothing acknowledged is lost
+        assert "1000" not in await _keys(new.store)
+        assert new.appends is not None
+        await new.appends.append(_message(41))  # SYNC with the other follower
+
+        restarted = Replica(
+            await _open(tmp_path / "a"), name="a", api=api, namespace=testbed_namespace,
+            lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
+            lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
+            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0,
+        )  # fmt: skip
+        replicas["a"] = live["a"] = restarted
+        await rounds_until(lambda: restarted.store.commitlog.end == new.store.commitlog.end)
+        assert _segments(restarted.store) == _segments(new.store)
+        assert "1000" not in await _keys(restarted.store)
+    finally:
+        for r in replicas.values():
+            await r.stop()
+            await r.store.close()
