@@ -17,8 +17,9 @@ from kubernetes_asyncio import client, config
 from popbroker.replication.insync import InSyncSet
 from popbroker.replicator.duty import LeaderDuty
 from popbroker.replicator.leases import LeaseCoordinator
-from popbroker.replicator.wire import Follower, Leader, NotEnoughReplicas, SyncAppends
+from popbroker.replicator.wire import Follower, Leader, SyncAppends
 from popbroker.store.api import MessageToAppend
+from popbroker.store.errors import NotEnoughReplicas
 from popfleet_testbed import cluster
 from tests.integration.replication.test_follower_logs import _open
 

@@ -15,11 +15,11 @@ import pytest
 from popbroker.replicator.wire import (
     Follower,
     Leader,
-    NotEnoughReplicas,
     ReplicationRefused,
     SyncAppends,
 )
 from popbroker.store.api import MessageToAppend
+from popbroker.store.errors import NotEnoughReplicas
 from popbroker.store.local import LocalStore
 from tests.integration.replication.test_follower_logs import TOPICS, _open, _segments, _term
 

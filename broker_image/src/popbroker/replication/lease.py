@@ -14,7 +14,7 @@ Per candidate, every ``retry_ms``:
    (:class:`Observer`);
 2. :func:`decide`: the holder renews; anyone else takes over only when the record has been
    unchanged for ``lease_ms`` by its own clock and it is eligible (a live member of the
-   in-sync set, ``rules.choose_leader``); otherwise it waits;
+   in-sync set the Lease records, ``Record.may_lead``); otherwise it waits;
 3. write the decision with the ``resourceVersion`` read; a 409 means someone else moved.
 
 The holder accepts writes only while its last successful renewal is younger than

@@ -26,8 +26,9 @@ to where they diverge, so one number names the same record on every replica.
    and the new set (:func:`counted_members`).
 4. **Membership.** A follower leaves the set when it has not caught up for ``max_lag_ms``
    (:func:`lagging`); it may join when it has acknowledged the commit offset and the start
-   of the current epoch (:func:`may_join`). Only members may lead the next term
-   (:func:`choose_leader`): the highest last epoch, then the longest log, then the name.
+   of the current epoch (:func:`may_join`). Only members may lead the next term, and any of
+   them may: the first to take the Lease (``lease.Record.may_lead``); every member holds
+   every acknowledged write, which the property test checks for any choice.
 """
 
 from __future__ import annotations
@@ -139,19 +140,3 @@ def lagging(
 def may_join(acked: int, commit: int, epoch_start: int) -> bool:
     """A follower may join the set once it holds the commit offset and the current term."""
     return acked >= commit and acked >= epoch_start
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    name: str
-    last_epoch: int
-    log_end: int
-
-
-def choose_leader(candidates: Collection[Candidate], in_sync: Collection[str]) -> str | None:
-    """The next term's leader among live members of the in-sync set (rule 4); None when no
-    member is alive: the set stays without a leader rather than lose committed records."""
-    eligible = [c for c in candidates if c.name in in_sync]
-    if not eligible:
-        return None
-    return min(eligible, key=lambda c: (-c.last_epoch, -c.log_end, c.name)).name

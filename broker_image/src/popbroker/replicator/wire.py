@@ -32,12 +32,13 @@ import contextlib
 import hmac
 import logging
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from popbroker.replication import rules, stream
 from popbroker.replication.rules import EpochEntry, EpochHistory, ReplicationRuleError
 from popbroker.replicator.logs import FollowerLog, LeaderLog
 from popbroker.store.api import AppendResult, MessageToAppend
+from popbroker.store.errors import NotEnoughReplicas
 from popbroker.store.local import LocalStore
 
 log = logging.getLogger(__name__)
@@ -249,11 +250,6 @@ class Follower:
                 await writer.wait_closed()
 
 
-class NotEnoughReplicas(Exception):
-    """A SYNC write refused before its append (the in-sync set is below its minimum), or
-    not acknowledged by the set in time (then it is on the leader, and may be lost)."""
-
-
 async def wait_committed(
     leader: Leader, end: int, *, members: Callable[[], list[str]], timeout_s: float
 ) -> None:
@@ -291,13 +287,22 @@ class SyncAppends:
         self.in_sync: list[str] = []
         self.counted: Callable[[], list[str]] = lambda: list(self.in_sync)
 
-    async def append(self, messages: list[MessageToAppend]) -> list[AppendResult]:
+    async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+        self._check_members()
+        return await self._replicated(await self._store.append(messages))
+
+    async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
+        self._check_members()
+        return await self._replicated(await self._store.append_records(records))
+
+    def _check_members(self) -> None:
         members = list(self.in_sync)
         if not rules.may_accept_writes(["", *members], self._min_in_sync):
             raise NotEnoughReplicas(
                 f"{1 + len(members)} in-sync replicas, {self._min_in_sync} needed"
             )
-        results = await self._store.append(messages)
+
+    async def _replicated(self, results: list[AppendResult]) -> list[AppendResult]:
         end = max(r.physical_offset + r.size for r in results)
         await wait_committed(self._leader, end, members=self.counted, timeout_s=self._timeout_s)
         return results

@@ -49,6 +49,7 @@ from popbroker.admin import server as admin_server
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
 from popbroker.metrics.store import observe_config_writes, observe_flushes
+from popbroker.replicator.replication_role import ReplicationOptions, replicated
 from popbroker.roles import running
 from popbroker.store import errors
 from popbroker.store.api import FlushMode
@@ -112,6 +113,7 @@ async def run(
     grace_s: float = 2.0,
     repair: bool = False,
     on_open: Companions | None = None,
+    replication: ReplicationOptions | None = None,
 ) -> None:
     """Open the store, serve it until a termination signal, then stop in order.
 
@@ -120,15 +122,16 @@ async def run(
     """
     store = LocalStore.open(data_dir, settings, repair=repair)
     try:
-        grpc_server = await server.serve(store, socket_path=socket_path, listen=listen)
-        stop_companion = await on_open(store) if on_open is not None else None
-        running.freeze_startup_objects()
-        stop = running.stop_on_signals()
-        await stop.wait()
-        log.info("store wire: stopping")
-        if stop_companion is not None:
-            await stop_companion()
-        await grpc_server.stop(grace_s)
+        async with replicated(store, replication) as served:
+            grpc_server = await server.serve(served, socket_path=socket_path, listen=listen)
+            stop_companion = await on_open(store) if on_open is not None else None
+            running.freeze_startup_objects()
+            stop = running.stop_on_signals()
+            await stop.wait()
+            log.info("store wire: stopping")
+            if stop_companion is not None:
+                await stop_companion()
+            await grpc_server.stop(grace_s)
     finally:
         await store.close()
 
@@ -165,6 +168,7 @@ def parser() -> argparse.ArgumentParser:
         help="the admin token (else $POPFLEET_ADMIN_TOKEN; neither: no token)",
     )
     parser.add_argument("--admin-port-file", type=Path, help="write the admin port here")
+    ReplicationOptions.add_flags(parser)
     running.add_metrics_flags(parser)
     return parser
 
@@ -221,6 +225,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 grace_s=args.grace_s,
                 repair=args.repair,
                 on_open=on_open,
+                replication=ReplicationOptions.from_args(args),
             )
         )
     except (errors.StoreError, OSError, ValueError, RuntimeError) as exc:

@@ -55,5 +55,19 @@ class StoreClosed(StoreError):
     retriable = True
 
 
+class NotLeader(StoreError):
+    """A write to a replica that does not lead its broker set now (issue 18): write to the
+    leader the Lease names, or again once this replica leads."""
+
+    retriable = True
+
+
+class NotEnoughReplicas(StoreError):
+    """A SYNC write refused before its append (the in-sync set is below its minimum), or
+    not acknowledged by the set in time (then it is on the leader, and may be lost)."""
+
+    retriable = True
+
+
 class CorruptStore(StoreError):
     """Durable data failed verification; the store refuses to guess."""

@@ -40,6 +40,8 @@ STATUS_BY_ERROR: dict[type[errors.StoreError], grpc.StatusCode] = {
     errors.UnknownGroup: grpc.StatusCode.NOT_FOUND,
     errors.StoreFull: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.StoreClosed: grpc.StatusCode.UNAVAILABLE,
+    errors.NotLeader: grpc.StatusCode.FAILED_PRECONDITION,
+    errors.NotEnoughReplicas: grpc.StatusCode.UNAVAILABLE,
     errors.CorruptStore: grpc.StatusCode.DATA_LOSS,
     # A subclass not listed above and not below a listed class: by its flag.
     errors.StoreError: grpc.StatusCode.INTERNAL,
