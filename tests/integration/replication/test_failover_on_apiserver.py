@@ -1,4 +1,4 @@
-"""Failover of a broker set (issue 18, WORK IN PROGRESS): three replicas in this process,
+"""Failover of a broker set (issue 18): three replicas in this process,
 their Lease on the testbed's kube-apiserver, replication over loopback. The leader takes
 SYNC writes (minInSyncReplicas 2); it is killed (its tasks cancelled, its files left); once
 the lease time has passed by the others' clocks one of them leads the next term and the
@@ -17,8 +17,8 @@ from kubernetes_asyncio import client, config
 
 from popbroker.replicator.replica import Replica
 from popbroker.store.api import MessageToAppend
-from popbroker.store.local import LocalStore
 from popfleet_testbed import cluster
+from tests.integration.replication.reads import keys
 from tests.integration.replication.test_follower_logs import _open, _segments
 
 TOKEN = b"set-secret"
@@ -56,19 +56,6 @@ def _message(i: int) -> list[MessageToAppend]:
             topic="orders", queue_id=i % 2, body=b"m%d" % i, properties={"UNIQ_KEY": str(i)}
         )
     ]
-
-
-async def _keys(store: LocalStore) -> set[str]:
-    keys: set[str] = set()
-    for queue_id in range(2):
-        offset = 0
-        while True:
-            read = await store.read("orders", queue_id, offset, max_count=32)
-            if not read.messages:
-                break
-            keys |= {m.properties["UNIQ_KEY"] for m in read.messages}
-            offset = read.messages[-1].queue_offset + 1
-    return keys
 
 
 async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
@@ -126,8 +113,8 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
         new = next(r for r in live.values() if r.appends is not None)
         assert new.coordinator.me in "bc"
         assert new.leader is not None and new.leader.term == 2
-        assert acknowledged <= await _keys(new.store)  # nothing acknowledged is lost
-        assert "1000" not in await _keys(new.store)
+        assert acknowledged <= await keys(new.store)  # nothing acknowledged is lost
+        assert "1000" not in await keys(new.store)
         assert new.appends is not None
         await new.appends.append(_message(41))  # SYNC with the other follower
 
@@ -140,7 +127,7 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
         replicas["a"] = live["a"] = restarted
         await rounds_until(lambda: restarted.store.commitlog.end == new.store.commitlog.end)
         assert _segments(restarted.store) == _segments(new.store)
-        assert "1000" not in await _keys(restarted.store)
+        assert "1000" not in await keys(restarted.store)
     finally:
         for r in replicas.values():
             await r.stop()

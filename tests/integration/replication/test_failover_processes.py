@@ -1,4 +1,4 @@
-"""Failover of store role processes (issue 18, WORK IN PROGRESS): three ``popbroker store``
+"""Failover of store role processes (issue 18): three ``popbroker store``
 processes with ``--replica-name``, their Lease on the testbed's kube-apiserver, replication
 over loopback TCP, writes through the store wire (SYNC, minInSyncReplicas 2). The leader
 is killed with SIGKILL; another replica leads within the lease time and holds every
@@ -22,6 +22,7 @@ from popbroker.store.api import MessageToAppend, TopicConfig
 from popbroker.store.errors import NotEnoughReplicas, NotLeader, StoreClosed
 from popbroker.store.wire.client import RemoteStore
 from popfleet_testbed import cluster
+from tests.integration.replication.reads import keys
 
 LEASE_MS, DEADLINE_MS, RETRY_MS, LAG_MS = 3_000, 2_000, 500, 1_500
 WAIT_S = 60.0
@@ -92,19 +93,6 @@ async def _leader_after(stores: dict[str, RemoteStore], message: int) -> tuple[s
     raise AssertionError(f"no replica took a write within {WAIT_S}s")
 
 
-async def _keys(store: RemoteStore) -> set[str]:
-    keys: set[str] = set()
-    for queue_id in range(2):
-        offset = 0
-        while True:
-            read = await store.read("orders", queue_id, offset, max_count=32)
-            if not read.messages:
-                break
-            keys |= {m.properties["UNIQ_KEY"] for m in read.messages}
-            offset = read.messages[-1].queue_offset + 1
-    return keys
-
-
 async def test_a_killed_leader_loses_no_acknowledged_write(
     replicas: dict[str, tuple[subprocess.Popen[bytes], Path]],
 ) -> None:
@@ -138,7 +126,7 @@ async def test_a_killed_leader_loses_no_acknowledged_write(
         print(f"failover: {first} killed, {second} took a SYNC write {failover_s:.2f}s later")
         assert second != first
         assert failover_s < 15  # the issue's bound
-        assert acknowledged <= await _keys(stores[second])
+        assert acknowledged <= await keys(stores[second])
     finally:
         for store in stores.values():
             await store.close()

@@ -1,4 +1,4 @@
-"""A follower built from a leader's frames (issue 18, WORK IN PROGRESS): the pure rules of
+"""A follower built from a leader's frames (issue 18): the pure rules of
 ``popbroker.replication`` over real stores. Any frame size copies the leader's segment files
 and epoch history; a deposed leader's frames are refused before anything is written; a
 follower of a deposed leader cuts where the histories part and becomes the new leader's

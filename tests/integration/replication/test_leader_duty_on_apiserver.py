@@ -1,4 +1,4 @@
-"""The in-sync set, end to end (issue 18, WORK IN PROGRESS): a leader on the testbed's
+"""The in-sync set, end to end (issue 18): a leader on the testbed's
 kube-apiserver Lease with two followers over loopback. Both join the set and a SYNC append
 (minInSyncReplicas 2) waits for both; one follower goes; while the shrink is only proposed
 an append still waits for it (and times out: nothing is acknowledged by fewer copies than

@@ -1,4 +1,4 @@
-"""Leadership of a broker set on a real kube-apiserver's Lease (issue 18, WORK IN PROGRESS):
+"""Leadership of a broker set on a real kube-apiserver's Lease (issue 18):
 the first candidate creates it with term 1; others wait while the holder renews; when the
 holder goes silent, a candidate takes over with the next term only after it has seen the
 record unchanged for the lease time by its own clock; a frozen holder that wakes finds the

@@ -1,4 +1,4 @@
-"""Replication over a loopback TCP connection (issue 18, WORK IN PROGRESS): a follower
+"""Replication over a loopback TCP connection (issue 18): a follower
 catches up from zero and then follows live appends; a restarted follower goes on from its
 end; a wrong token or a stale leader is refused with nothing written; the leader's commit
 offset is what every follower acknowledged."""

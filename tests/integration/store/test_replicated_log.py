@@ -1,4 +1,4 @@
-"""A follower's log rebuilt from its leader's bytes (issue 18, WORK IN PROGRESS): any split
+"""A follower's log rebuilt from its leader's bytes (issue 18): any split
 of the leader's log into ``read_log`` pieces, applied with ``append_replicated``, gives a
 follower whose segment files are the leader's byte for byte and whose queues read the same
 messages; bad bytes are refused and change nothing; a restarted follower goes on."""

@@ -1,4 +1,4 @@
-"""The leader's view of its in-sync set (issue 18, WORK IN PROGRESS: not yet run by a role).
+"""The leader's view of its in-sync set (issue 18).
 
 Pure: the leader feeds it its followers' acknowledgements with its own clock, and asks what
 set to propose. Rule 4 of :mod:`popbroker.replication.rules` decides: a member that has not

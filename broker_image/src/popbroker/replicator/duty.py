@@ -1,4 +1,4 @@
-"""A leader's round (issue 18, WORK IN PROGRESS: no role runs it yet): renew the Lease with
+"""A leader's round (issue 18; run by the store role with ``--replica-name``): renew the Lease with
 the in-sync set it proposes, and let SYNC appends wait on the right members.
 
 Every ``retry_ms`` the leader proposes a set (:class:`~popbroker.replication.insync.InSyncSet`:

@@ -1,4 +1,4 @@
-"""The store as a replica serves it to popack and revive (issue 18, WORK IN PROGRESS): every
+"""The store as a replica serves it to popack and revive (issue 18): every
 call goes to the local store, except writes to the log, which go through the leader's SYNC
 appends (:class:`~popbroker.replicator.wire.SyncAppends`) and are refused on a follower
 (``NotLeader``: nothing is written that the leader's log would not hold). Consumer offsets

@@ -1,5 +1,6 @@
-"""Who leads a broker set, on a Kubernetes Lease (issue 18, WORK IN PROGRESS: no role runs
-it yet). The decisions are :mod:`popbroker.replication.lease`'s; this is their I/O.
+"""Who leads a broker set, on a Kubernetes Lease (issue 18; run by the store role with
+``--replica-name``). The decisions are :mod:`popbroker.replication.lease`'s; this is their
+I/O.
 
 One ``coordination.k8s.io/v1`` Lease per broker set. ``spec.holderIdentity`` is the leader
 (its pod name), the annotation ``popfleet.io/term`` our term counter. Every write carries the

@@ -1,5 +1,5 @@
 """A leader's log as replication frames, and a follower's log built from them (issue 18,
-WORK IN PROGRESS: no role uses this yet; the transport between pods is the next step).
+the transport is ``popbroker.replicator.wire``).
 
 :class:`LeaderLog` cuts frames out of the leader's store: from the offset a follower asks
 for, at most ``max_bytes``, ending on a record or segment boundary

@@ -1,5 +1,5 @@
-"""One replica of a broker set, leading or following by the Lease (issue 18, WORK IN
-PROGRESS: the store role does not run it yet).
+"""One replica of a broker set, leading or following by the Lease (issue 18; the store
+role runs one with ``--replica-name``).
 
 Every round (the caller runs one per ``retry_ms``): the leader runs its duty round
 (:class:`~popbroker.replicator.duty.LeaderDuty`: renew with the proposed in-sync set); any

@@ -1,4 +1,4 @@
-"""The store role's replication (issue 18, WORK IN PROGRESS): its flags, and the replica
+"""The store role's replication (issue 18): its flags, and the replica
 it runs beside the store when they are given (``popbroker store --replica-name ...``).
 
 Without ``--replica-name`` nothing changes: the store serves itself. With it, the role

@@ -1,5 +1,5 @@
-"""The replication connection between a leader's store and a follower's (issue 18, WORK IN
-PROGRESS: no role opens it yet; leadership from Leases and SYNC acknowledgement come next).
+"""The replication connection between a leader's store and a follower's (issue 18), and a
+leader's SYNC appends over it.
 
 One TCP connection per follower, opened by the follower. Every message is ``u32 length |
 u8 kind | payload``, integers big-endian:

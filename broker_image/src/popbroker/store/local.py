@@ -509,7 +509,7 @@ class LocalStore:
         return await self._durable(*self._append(records, self._prepare_record))
 
     # ------------------------------------------------------------------ replication
-    # (issue 18, WORK IN PROGRESS: no role calls these yet)
+    # (issue 18: the replica of ``popbroker.replicator`` calls these)
 
     def read_log(self, physical_offset: int, max_bytes: int) -> bytes:
         """A leader's side: up to ``max_bytes`` of the log from ``physical_offset`` (a

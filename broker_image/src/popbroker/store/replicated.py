@@ -1,6 +1,5 @@
-"""Commit-log bytes as replication moves them (issue 18, WORK IN PROGRESS: no role uses
-this yet): what a leader reads out of its log and what a follower checks before it writes
-the same bytes at the same physical offsets.
+"""Commit-log bytes as replication moves them (issue 18): what a leader reads out of its
+log and what a follower checks before it writes the same bytes at the same physical offsets.
 
 A follower's log is byte for byte its leader's, so both must use the same segment size:
 records, end-of-segment fillers and the zeros of a segment's last few bytes arrive exactly
