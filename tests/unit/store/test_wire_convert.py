@@ -209,6 +209,8 @@ ALL_ERRORS = [
     errors.UnknownGroup,
     errors.StoreFull,
     errors.StoreClosed,
+    errors.NotLeader,
+    errors.NotEnoughReplicas,
     errors.CorruptStore,
 ]
 
@@ -225,6 +227,8 @@ ALL_ERRORS = [
         (errors.UnknownGroup, grpc.StatusCode.NOT_FOUND),
         (errors.StoreFull, grpc.StatusCode.RESOURCE_EXHAUSTED),
         (errors.StoreClosed, grpc.StatusCode.UNAVAILABLE),
+        (errors.NotLeader, grpc.StatusCode.FAILED_PRECONDITION),
+        (errors.NotEnoughReplicas, grpc.StatusCode.UNAVAILABLE),
         (errors.CorruptStore, grpc.StatusCode.DATA_LOSS),
         (errors.StoreError, grpc.StatusCode.INTERNAL),
     ],
