@@ -167,5 +167,13 @@ def test_the_model_finds_two_servers_when_the_deadline_outlasts_the_lease() -> N
     with pytest.raises((AssertionError, Flaky)):
         run_state_machine_as_test(
             UnsafeCandidates,
-            settings=settings(max_examples=400, stateful_step_count=80, deadline=None),
+            # derandomized: the search is the same every run (a random one missed the
+            # counterexample once in CI), and these settings find it
+            settings=settings(
+                max_examples=400,
+                stateful_step_count=80,
+                deadline=None,
+                derandomize=True,
+                database=None,
+            ),
         )
