@@ -56,7 +56,7 @@ async def test_admin_calls_and_config_rewrites_are_counted(tmp_path: Path) -> No
         Companion("127.0.0.1:0", admin_port), None, Companion("127.0.0.1:0", metrics_port)
     )
     assert start is not None
-    stop = await start(store)
+    stop = await start(store, store)
     try:
         port = int(metrics_port.read_text())
         before = await _scrape(port)

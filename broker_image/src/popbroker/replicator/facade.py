@@ -1,17 +1,35 @@
-"""The store as a replica serves it to popack and revive (issue 18): every
-call goes to the local store, except writes to the log, which go through the leader's SYNC
-appends (:class:`~popbroker.replicator.wire.SyncAppends`) and are refused on a follower
-(``NotLeader``: nothing is written that the leader's log would not hold). Consumer offsets
-and config are not replicated yet (step 4 of the design note)."""
+"""The store as a replica serves it to popack, revive and the admin API (issue 18).
+
+Reads go to the local store. Writes go to the leader only; a follower refuses every one
+with ``NotLeader`` (nothing is written there that the leader would not hold):
+
+* log writes (``append``, ``append_records``) go through the leader's SYNC appends
+  (:class:`~popbroker.replicator.wire.SyncAppends`);
+* config writes (topics, groups, consume modes) are written on the leader and answered once
+  every in-sync follower holds them (``SyncAppends.config_replicated``);
+* committed offsets are written on the leader and reach the followers with the next state
+  snapshot (at most ``state_interval_s`` later: ``popbroker.replicator.wire``);
+* members (the routing table the operator pushes to every pod) stay each pod's own.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from popbroker.replicator.replica import Replica
-from popbroker.store.api import AppendResult, MessageToAppend
+from popbroker.replicator.wire import SyncAppends
+from popbroker.store.api import (
+    AppendResult,
+    ConsumeModeConfig,
+    GroupConfig,
+    MessageToAppend,
+    TopicConfig,
+)
 from popbroker.store.errors import NotLeader
+from popbroker.store.local import LocalStore
+
+_T = TypeVar("_T")
 
 
 class ReplicatedStore:
@@ -23,14 +41,50 @@ class ReplicatedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._replica.store, name)
 
-    async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+    def _leading(self) -> SyncAppends:
         appends = self._replica.appends
         if appends is None:
             raise NotLeader(f"{self._replica.name} does not lead its broker set now")
-        return await appends.append(messages)
+        return appends
+
+    async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+        return await self._leading().append(messages)
 
     async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
-        appends = self._replica.appends
-        if appends is None:
-            raise NotLeader(f"{self._replica.name} does not lead its broker set now")
-        return await appends.append_records(records)
+        return await self._leading().append_records(records)
+
+    async def commit_offset(
+        self, *, group: str, topic: str, queue_id: int, queue_offset: int
+    ) -> None:
+        self._leading()
+        await self._replica.store.commit_offset(
+            group=group, topic=topic, queue_id=queue_id, queue_offset=queue_offset
+        )
+
+    async def delete_offsets(self, group: str, topic: str | None = None) -> None:
+        self._leading()
+        await self._replica.store.delete_offsets(group, topic)
+
+    async def _config_write(self, write: Callable[[LocalStore], Awaitable[_T]]) -> _T:
+        """A config write on the leader, answered once every in-sync follower holds it;
+        refused before it is written when the set is below its minimum."""
+        appends = self._leading()
+        appends.check_members()
+        result = await write(self._replica.store)
+        await appends.config_replicated()
+        return result
+
+    async def put_topic(self, topic: TopicConfig) -> TopicConfig:
+        return await self._config_write(lambda store: store.put_topic(topic))
+
+    async def delete_topic(self, name: str) -> None:
+        await self._config_write(lambda store: store.delete_topic(name))
+
+    async def put_group(self, group: GroupConfig) -> GroupConfig:
+        return await self._config_write(lambda store: store.put_group(group))
+
+    async def delete_group(self, name: str) -> None:
+        await self._config_write(lambda store: store.delete_group(name))
+
+    async def put_consume_mode(self, mode: ConsumeModeConfig) -> ConsumeModeConfig:
+        return await self._config_write(lambda store: store.put_consume_mode(mode))

@@ -12,6 +12,9 @@ E     leader → follower   i32 term, i64 log end, u32 n, n times (i32 epoch, i6
 F     follower → leader   i64 the offset to stream from (after its cut)
 R     leader → follower   a replication frame (``popbroker.replication.stream``)
 A     follower → leader   i64 the follower's log end, durable as its flush mode promises
+S     leader → follower   i64 config generation, i64 offsets version, JSON: the config
+                          and/or the committed offsets (``LocalStore.state_snapshot``)
+V     follower → leader   i64 the config generation it applied, durably
 X     either              UTF-8 reason; the sender closes
 ====  ==================  ==========================================================
 
@@ -23,6 +26,16 @@ acknowledges each frame once applied; the leader keeps each follower's acknowled
 and its commit offset is the rules' (``popbroker.replication.rules.commit_offset``). With
 nothing new the leader sends an empty frame every ``heartbeat_s``: it moves the commit
 offset and proves the term.
+
+The state outside the log (topics, groups, modes, committed offsets) goes as ``S``
+snapshots on the same connection: first in full, then the config whenever it changed and the
+offsets when they changed, at most every ``state_interval_s``. A snapshot is taken after
+the frame it precedes is cut, so a follower knows every topic the frame's records name. A
+follower applies a snapshot before the frames after it, and acknowledges a config with
+``V`` once it is on disk: a leader's config write is answered when every in-sync follower
+has it (:meth:`SyncAppends.config_replicated`). Offsets are not waited for: after a
+failover they may be behind by up to ``state_interval_s``, which redelivers, never loses
+(as a single store's offsets persisted every interval).
 """
 
 from __future__ import annotations
@@ -51,6 +64,7 @@ _EPOCHS_HEAD = struct.Struct(">iqI")
 _EPOCH = struct.Struct(">iq")
 _TERM = struct.Struct(">i")
 _U16 = struct.Struct(">H")
+_VERSIONS = struct.Struct(">qq")
 
 
 class ReplicationRefused(Exception):
@@ -84,13 +98,21 @@ class Leader:
     """Serves followers from a leader's store (module docstring)."""
 
     def __init__(
-        self, store: LocalStore, *, term: int, token: bytes, heartbeat_s: float = 1.0
+        self,
+        store: LocalStore,
+        *,
+        term: int,
+        token: bytes,
+        heartbeat_s: float = 1.0,
+        state_interval_s: float = 0.2,
     ) -> None:
         self._store = store
         self._log = LeaderLog(store, term=term)
         self._token = token
         self._heartbeat_s = heartbeat_s
+        self._state_interval_s = state_interval_s
         self.acked: dict[str, int] = {}
+        self.config_acked: dict[str, int] = {}  # the config generation each follower holds
         self.ack_progress = asyncio.Condition()  # notified on every acknowledgement
         self._grew = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -108,6 +130,14 @@ class Leader:
         return rules.commit_offset(
             "", leader_end=self._store.commitlog.end, acked=self.acked, members=["", *members]
         )
+
+    def poke(self) -> None:
+        """Send what changed now rather than at the next heartbeat (a config write waits)."""
+        self._grew.set()
+
+    def config_committed(self, generation: int, members: list[str]) -> bool:
+        """Whether every follower in ``members`` holds config generation ``generation``."""
+        return all(self.config_acked.get(name, -1) >= generation for name in members)
 
     async def start(self, host: str, port: int) -> int:
         self._watch = asyncio.create_task(self._watch_arrivals())
@@ -135,6 +165,7 @@ class Leader:
             if kind != b"F" or len(payload) != _I64.size:
                 raise ReplicationRefused("expected F")
             (offset,) = _I64.unpack(payload)
+            self.config_acked.pop(name, None)  # a new connection starts from a full snapshot
             acks = asyncio.create_task(self._read_acks(reader, name))
             try:
                 await self._stream(writer, offset, acks)
@@ -179,17 +210,32 @@ class Leader:
                 if kind == b"A" and len(payload) == _I64.size:
                     self.acked[name] = _I64.unpack(payload)[0]
                     self.on_ack(name, self.acked[name], self._store.commitlog.end)
-                    async with self.ack_progress:
-                        self.ack_progress.notify_all()
+                elif kind == b"V" and len(payload) == _I64.size:
+                    self.config_acked[name] = _I64.unpack(payload)[0]
+                else:
+                    continue
+                async with self.ack_progress:
+                    self.ack_progress.notify_all()
 
     async def _stream(
         self, writer: asyncio.StreamWriter, offset: int, acks: asyncio.Task[None]
     ) -> None:
+        loop = asyncio.get_running_loop()
+        sent, sent_at = (-1, -1), -float("inf")  # the versions this follower has, and when
         while not acks.done():
             self._grew.clear()
             frame = self._log.frame(
                 offset, max_bytes=FRAME_BYTES, commit_offset=self.commit_offset(list(self.acked))
             )
+            # the state after the frame is cut: it knows every topic the frame's records name
+            config_now, offsets_now = self._store.state_version()
+            config = config_now != sent[0]
+            offsets = offsets_now != sent[1] and loop.time() - sent_at >= self._state_interval_s
+            if config or offsets:
+                version, snapshot = self._store.state_snapshot(config=config, offsets=offsets)
+                sent = (version[0] if config else sent[0], version[1] if offsets else sent[1])
+                sent_at = loop.time() if offsets else sent_at
+                await _send(writer, b"S", _VERSIONS.pack(*sent) + snapshot)
             await _send(writer, b"R", stream.encode(frame))
             offset += len(frame.data)
             if not frame.data:
@@ -202,6 +248,7 @@ class Follower:
 
     def __init__(self, store: LocalStore, *, name: str, token: bytes) -> None:
         self.log = FollowerLog(store)
+        self._store = store
         self._name = name
         self._token = token
         self.progress = asyncio.Condition()
@@ -238,10 +285,15 @@ class Follower:
                     kind, payload = await _receive(reader)
                 except asyncio.IncompleteReadError:
                     return
-                if kind != b"R":
-                    raise ReplicationRefused("expected R")
-                state = await self.log.apply(stream.decode(payload))
-                await _send(writer, b"A", _I64.pack(state.end))
+                if kind == b"S" and len(payload) >= _VERSIONS.size:
+                    config_generation, _ = _VERSIONS.unpack_from(payload)
+                    await self._store.apply_state(payload[_VERSIONS.size :])
+                    await _send(writer, b"V", _I64.pack(config_generation))
+                elif kind == b"R":
+                    state = await self.log.apply(stream.decode(payload))
+                    await _send(writer, b"A", _I64.pack(state.end))
+                else:
+                    raise ReplicationRefused("expected R or S")
                 async with self.progress:
                     self.progress.notify_all()
         finally:
@@ -256,18 +308,44 @@ async def wait_committed(
     """Return once every follower ``members()`` names has acknowledged ``end``
     (``Leader.commit_offset``), asked again on every acknowledgement and every change of
     the set (``leader.ack_progress``); ``NotEnoughReplicas`` after ``timeout_s``."""
+    await _wait(
+        leader,
+        lambda: leader.commit_offset(members()) >= end,
+        timeout_s=timeout_s,
+        failure=lambda: (
+            f"in-sync replicas {members()} did not acknowledge {end} within "
+            f"{timeout_s}s (acknowledged: {dict(leader.acked)})"
+        ),
+    )
 
-    async def committed() -> None:
+
+async def wait_config_committed(
+    leader: Leader, generation: int, *, members: Callable[[], list[str]], timeout_s: float
+) -> None:
+    """As :func:`wait_committed`, for config generation ``generation`` (``V``)."""
+    leader.poke()
+    await _wait(
+        leader,
+        lambda: leader.config_committed(generation, members()),
+        timeout_s=timeout_s,
+        failure=lambda: (
+            f"in-sync replicas {members()} did not take config {generation} "
+            f"within {timeout_s}s (they hold: {dict(leader.config_acked)})"
+        ),
+    )
+
+
+async def _wait(
+    leader: Leader, done: Callable[[], bool], *, timeout_s: float, failure: Callable[[], str]
+) -> None:
+    async def waiting() -> None:
         async with leader.ack_progress:
-            await leader.ack_progress.wait_for(lambda: leader.commit_offset(members()) >= end)
+            await leader.ack_progress.wait_for(done)
 
     try:
-        await asyncio.wait_for(committed(), timeout_s)
+        await asyncio.wait_for(waiting(), timeout_s)
     except TimeoutError:
-        raise NotEnoughReplicas(
-            f"in-sync replicas {members()} did not acknowledge {end} within {timeout_s}s "
-            f"(acknowledged: {dict(leader.acked)})"
-        ) from None
+        raise NotEnoughReplicas(failure()) from None
 
 
 class SyncAppends:
@@ -288,19 +366,28 @@ class SyncAppends:
         self.counted: Callable[[], list[str]] = lambda: list(self.in_sync)
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
-        self._check_members()
+        self.check_members()
         return await self._replicated(await self._store.append(messages))
 
     async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
-        self._check_members()
+        self.check_members()
         return await self._replicated(await self._store.append_records(records))
 
-    def _check_members(self) -> None:
+    def check_members(self) -> None:
+        """``NotEnoughReplicas`` when the in-sync set is below ``min_in_sync``."""
         members = list(self.in_sync)
         if not rules.may_accept_writes(["", *members], self._min_in_sync):
             raise NotEnoughReplicas(
                 f"{1 + len(members)} in-sync replicas, {self._min_in_sync} needed"
             )
+
+    async def config_replicated(self) -> None:
+        """Return once every counted follower holds the leader's config as it is now (a
+        config write on the leader answers after this); ``NotEnoughReplicas`` on timeout."""
+        generation, _ = self._store.state_version()
+        await wait_config_committed(
+            self._leader, generation, members=self.counted, timeout_s=self._timeout_s
+        )
 
     async def _replicated(self, results: list[AppendResult]) -> list[AppendResult]:
         end = max(r.physical_offset + r.size for r in results)

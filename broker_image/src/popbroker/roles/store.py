@@ -42,10 +42,12 @@ import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from prometheus_client import CollectorRegistry
 
 from popbroker.admin import server as admin_server
+from popbroker.admin.servicer import AdminStore
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
 from popbroker.metrics.store import observe_config_writes, observe_flushes
@@ -59,7 +61,9 @@ from popbroker.store.wire import server
 
 log = logging.getLogger(__name__)
 
-Companions = Callable[[LocalStore], Awaitable[Callable[[], Awaitable[None]]]]
+# the open store, and what the store wire serves (the store, or its replica: the admin API
+# writes through it, so a follower refuses admin writes as it refuses popack's)
+Companions = Callable[[LocalStore, AdminStore], Awaitable[Callable[[], Awaitable[None]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +81,7 @@ def _companions(admin: Companion, token: str | None, metrics: Companion) -> Comp
     if metrics.listen:
         exposition.split_host_port(metrics.listen)  # a bad value fails before the store opens
 
-    async def start(store: LocalStore) -> Callable[[], Awaitable[None]]:
+    async def start(store: LocalStore, served: AdminStore) -> Callable[[], Awaitable[None]]:
         stops: list[Callable[[], Awaitable[None]]] = []
         admin_metrics = None
         if metrics.listen:
@@ -90,7 +94,7 @@ def _companions(admin: Companion, token: str | None, metrics: Companion) -> Comp
             stops.append(metrics_server.stop)
         if admin.listen:
             admin_api = await admin_server.serve_admin(
-                store, listen=admin.listen, token=token, metrics=admin_metrics
+                served, listen=admin.listen, token=token, metrics=admin_metrics
             )
             running.write_port(admin.port_file, admin_api.port)
             stops.append(admin_api.stop)
@@ -124,7 +128,9 @@ async def run(
     try:
         async with replicated(store, replication) as served:
             grpc_server = await server.serve(served, socket_path=socket_path, listen=listen)
-            stop_companion = await on_open(store) if on_open is not None else None
+            stop_companion = (
+                await on_open(store, cast(AdminStore, served)) if on_open is not None else None
+            )
             running.freeze_startup_objects()
             stop = running.stop_on_signals()
             await stop.wait()

@@ -49,13 +49,14 @@ import asyncio
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from popbroker.store import (
     appending,
@@ -675,6 +676,51 @@ class LocalStore:
                 self._write_checkpoint_locked()  # the queues' new maxima
         finally:
             self.flusher.start()
+
+    def state_version(self) -> tuple[int, int]:
+        """``(config generation, offsets version)``: the state outside the log moved when
+        either did (a leader sends it to its followers then: issue 18)."""
+        with self._lock:
+            return self._config_generation, self.offsets.version
+
+    def state_snapshot(self, *, config: bool, offsets: bool) -> tuple[tuple[int, int], bytes]:
+        """The versions and a JSON snapshot of the config (topics, groups, modes and the
+        config epoch; members are each pod's own) and/or of the committed offsets."""
+        with self._lock:
+            version = (self._config_generation, self.offsets.version)
+            state: dict[str, Any] = {}
+            if config:
+                state["config"] = self.metadata.to_json()
+                del state["config"]["members"]
+            if offsets:
+                state["offsets"] = self.offsets.to_json()
+        return version, json.dumps(state, separators=(",", ":")).encode()
+
+    async def apply_state(self, snapshot: bytes) -> None:
+        """A follower's side: its leader's config and/or offsets (``state_snapshot``) replace
+        its own. Consume queues of topics the leader deleted go as its went; members stay.
+        The config is durable when this returns; offsets are persisted as commits are."""
+        try:
+            state = json.loads(snapshot)
+            raw_config = state.get("config")
+            raw_offsets = state.get("offsets")
+        except (ValueError, AttributeError) as exc:
+            raise InvalidArgument(f"malformed replicated state: {exc}") from exc
+        offsets = OffsetTable.from_json(raw_offsets) if raw_offsets is not None else None
+        generation = 0
+        with self._lock:
+            if raw_config is not None:
+                metadata = Metadata.from_json({**raw_config, "members": []})
+                metadata.members = self.metadata.members
+                for key in [k for k in self._cqs if k[0] not in metadata.topics]:
+                    self._cqs.pop(key).destroy()
+                    self._next_queue_offset.pop(key, None)
+                self.metadata = metadata
+                generation = self._config_changed_locked()
+            if offsets is not None:
+                self.offsets.replace(offsets)
+        if generation:
+            await self._config_durable(generation)
 
     async def _durable(
         self, results: list[AppendResult], end: int, takebacks: int

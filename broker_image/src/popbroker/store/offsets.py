@@ -26,10 +26,16 @@ Key = tuple[str, str, int]  # group, topic, queue_id
 
 @dataclass(slots=True)
 class OffsetTable:
-    """In-memory table with a dirty flag for the persister."""
+    """In-memory table with a dirty flag for the persister, and a version that moves on
+    every change (a leader sends the table to its followers when it moved: issue 18)."""
 
     offsets: dict[Key, int] = field(default_factory=dict)
     dirty: bool = False
+    version: int = 0
+
+    def _changed(self) -> None:
+        self.dirty = True
+        self.version += 1
 
     def commit(self, *, group: str, topic: str, queue_id: int, queue_offset: int) -> None:
         if queue_offset < 0 or queue_id < 0:
@@ -40,7 +46,7 @@ class OffsetTable:
             log.info("offset of %s moves back from %d to %d", key, previous, queue_offset)
         if previous != queue_offset:
             self.offsets[key] = queue_offset
-            self.dirty = True
+            self._changed()
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.offsets.get((group, topic, queue_id))
@@ -55,12 +61,18 @@ class OffsetTable:
     def delete(self, group: str, topic: str | None = None) -> None:
         for key in [k for k in self.offsets if k[0] == group and (topic is None or k[1] == topic)]:
             del self.offsets[key]
-            self.dirty = True
+            self._changed()
 
     def delete_topic(self, topic: str) -> None:
         for key in [k for k in self.offsets if k[1] == topic]:
             del self.offsets[key]
-            self.dirty = True
+            self._changed()
+
+    def replace(self, other: OffsetTable) -> None:
+        """Take ``other``'s rows (a follower taking its leader's table)."""
+        if other.offsets != self.offsets:
+            self.offsets = dict(other.offsets)
+            self._changed()
 
     def to_json(self) -> dict[str, Any]:
         return {
