@@ -2,7 +2,8 @@
 processes with ``--replica-name``, their Lease on the testbed's kube-apiserver, replication
 over loopback TCP, writes through the store wire (SYNC, minInSyncReplicas 2). The leader
 is killed with SIGKILL; another replica leads within the lease time and holds every
-acknowledged write; followers refuse writes (``NotLeader``)."""
+acknowledged write and the config; followers refuse writes (``NotLeader``); every
+replica's members name the set's leader's client endpoint, before and after."""
 
 from __future__ import annotations
 
@@ -13,12 +14,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from popbroker.store.api import MessageToAppend, TopicConfig
+from popbroker.store.api import ClusterMember, MessageToAppend, TopicConfig
 from popbroker.store.errors import NotEnoughReplicas, NotLeader, StoreClosed
 from popbroker.store.wire.client import RemoteStore
 from popfleet_testbed import cluster
@@ -26,6 +27,8 @@ from tests.integration.replication.reads import keys
 
 LEASE_MS, DEADLINE_MS, RETRY_MS, LAG_MS = 3_000, 2_000, 500, 1_500
 WAIT_S = 60.0
+# the client endpoint each replica advertises (data only: nothing dials it here)
+ENDPOINTS = {name: f"127.0.0.{2 + i}:8081" for i, name in enumerate("abc")}
 
 
 def _free_port() -> int:
@@ -53,6 +56,8 @@ def replicas(
             "--min-in-sync-replicas", "2", "--lease-ms", str(LEASE_MS),
             "--renew-deadline-ms", str(DEADLINE_MS), "--retry-ms", str(RETRY_MS),
             "--max-lag-ms", str(LAG_MS), "--ack-timeout-s", "5",
+            "--cluster", "c1", "--broker-name", "broker-0",
+            "--client-endpoint", ENDPOINTS[name],
         ]  # fmt: skip
         log = (tmp_path / f"{name}.log").open("ab")
         started[name] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), sock)
@@ -79,18 +84,30 @@ def _message(i: int) -> list[MessageToAppend]:
     ]
 
 
-async def _leader_after(stores: dict[str, RemoteStore], message: int) -> tuple[str, float]:
-    """Write ``message`` to whichever replica takes it (bounded); (its name, seconds)."""
+async def _leader_after(
+    stores: dict[str, RemoteStore], write: Callable[[RemoteStore], Awaitable[object]]
+) -> tuple[str, float]:
+    """``write`` to whichever replica takes it (bounded); (its name, seconds)."""
     started = time.monotonic()
     while time.monotonic() - started < WAIT_S:
         for name, store in stores.items():
             try:
-                await store.append(_message(message))
+                await write(store)
             except (NotLeader, NotEnoughReplicas, StoreClosed):
                 continue
             return name, time.monotonic() - started
         await asyncio.sleep(0.1)  # bounded retry of a client, as the producers do
     raise AssertionError(f"no replica took a write within {WAIT_S}s")
+
+
+async def _members_name(stores: dict[str, RemoteStore], endpoint: str) -> None:
+    """Until every replica's members route broker-0 to ``endpoint`` (bounded)."""
+    expected = [ClusterMember("broker-0", endpoint)]
+    deadline = time.monotonic() + WAIT_S
+    for name, store in stores.items():
+        while (found := await store.members()) != expected:
+            assert time.monotonic() < deadline, f"{name}'s members are {found}, not {expected}"
+            await asyncio.sleep(0.1)  # bounded poll of a state the replica's rounds move
 
 
 async def test_a_killed_leader_loses_no_acknowledged_write(
@@ -105,9 +122,10 @@ async def test_a_killed_leader_loses_no_acknowledged_write(
                 await asyncio.sleep(0.05)
             stores[name] = RemoteStore.connect(f"unix:{sock}")
             await stores[name].wait_ready(timeout_s=WAIT_S)
-            await stores[name].put_topic(TopicConfig("orders", 2, 2))  # config: not replicated yet
 
-        first, _ = await _leader_after(stores, 0)
+        # a config write is taken by the leader alone, and answered once its set holds it
+        first, _ = await _leader_after(stores, lambda s: s.put_topic(TopicConfig("orders", 2, 2)))
+        await stores[first].append(_message(0))
         acknowledged = {"0"}
         for i in range(1, 60):
             await stores[first].append(_message(i))
@@ -116,17 +134,23 @@ async def test_a_killed_leader_loses_no_acknowledged_write(
             if name != first:
                 with pytest.raises(NotLeader):
                     await store.append(_message(999))
+                with pytest.raises(NotLeader):
+                    await store.put_topic(TopicConfig("refused", 1, 1))
+        await _members_name(stores, ENDPOINTS[first])
 
         proc, _ = replicas[first]
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         await stores.pop(first).close()
-        second, failover_s = await _leader_after(stores, 100)
+        second, failover_s = await _leader_after(stores, lambda s: s.append(_message(100)))
         acknowledged.add("100")
         print(f"failover: {first} killed, {second} took a SYNC write {failover_s:.2f}s later")
         assert second != first
         assert failover_s < 15  # the issue's bound
         assert acknowledged <= await keys(stores[second])
+        assert {t.name for t in await stores[second].topics()} >= {"orders"}
+        assert "refused" not in {t.name for t in await stores[second].topics()}
+        await _members_name(stores, ENDPOINTS[second])
     finally:
         for store in stores.values():
             await store.close()

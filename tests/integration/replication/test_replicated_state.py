@@ -24,6 +24,7 @@ from popbroker.store.api import (
     ConsumeMode,
     ConsumeModeConfig,
     GroupConfig,
+    MessageToAppend,
     TopicConfig,
 )
 from popbroker.store.errors import NotEnoughReplicas, NotLeader
@@ -62,6 +63,10 @@ async def pair(tmp_path: Path) -> AsyncIterator[Pair]:
         await leader.stop()
         await leader_store.close()
         await follower_store.close()
+
+
+def _message(queue_id: int) -> MessageToAppend:
+    return MessageToAppend(topic="orders", queue_id=queue_id, body=b"late", properties={})
 
 
 def _config(store: LocalStore) -> dict[str, object]:
@@ -186,3 +191,39 @@ async def test_a_leaders_config_writes_wait_for_its_in_sync_followers(pair: Pair
     with pytest.raises(NotEnoughReplicas, match="1 in-sync replicas, 2 needed"):
         await served.put_group(GroupConfig("refused"))
     assert "refused" not in pair.leader_store.metadata.groups
+
+
+async def test_a_new_leader_brings_offsets_past_its_queues_back_to_their_ends(
+    pair: Pair,
+) -> None:
+    """The old leader's offsets may count records it never replicated (popped while their
+    SYNC append waited): the follower taking over must deliver its own next records there."""
+    follower = pair.follower_store
+    pair.running.cancel()  # the leader goes on alone: its next records never reach the follower
+    await asyncio.gather(pair.running, return_exceptions=True)
+    ends = {q: (await follower.bounds("orders", q)).max_queue_offset for q in (0, 1)}
+    await pair.leader_store.append([_message(q) for q in (0, 0, 1)])
+    state = {
+        "offsets": {
+            "version": 1,
+            "offsets": [
+                ["billing", "orders", 0, ends[0] + 2],  # past the follower's end
+                ["billing", "orders", 1, ends[1]],  # at it: kept
+                ["billing", "payments", 0, 0],
+                ["audit", "payments", 1, 7],  # a queue the follower holds nothing of
+            ],
+        }
+    }
+    await follower.apply_state(json.dumps(state).encode())
+    moved = follower.clamp_offsets()
+    assert {(m.group, m.topic, m.queue_id, m.queue_offset) for m in moved} == {
+        ("billing", "orders", 0, ends[0] + 2),
+        ("audit", "payments", 1, 7),
+    }
+    assert follower.offsets.get("billing", "orders", 0) == ends[0]
+    assert follower.offsets.get("billing", "orders", 1) == ends[1]
+    assert follower.offsets.get("billing", "payments", 0) == 0
+    assert (
+        follower.offsets.get("audit", "payments", 1)
+        == (await follower.bounds("payments", 1)).max_queue_offset
+    )

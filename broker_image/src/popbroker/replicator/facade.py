@@ -9,11 +9,15 @@ with ``NotLeader`` (nothing is written there that the leader would not hold):
   every in-sync follower holds them (``SyncAppends.config_replicated``);
 * committed offsets are written on the leader and reach the followers with the next state
   snapshot (at most ``state_interval_s`` later: ``popbroker.replicator.wire``);
-* members (the routing table the operator pushes to every pod) stay each pod's own.
+* members (the routing table the operator pushes to every pod) stay each pod's own; read
+  back, each member that is a broker set names its leader's client endpoint, as the set's
+  Lease says (``Replica.directory``), so routes follow a failover without the operator.
+  A pod with no members pushed yet routes its own set to its leader.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -21,6 +25,7 @@ from popbroker.replicator.replica import Replica
 from popbroker.replicator.wire import SyncAppends
 from popbroker.store.api import (
     AppendResult,
+    ClusterMember,
     ConsumeModeConfig,
     GroupConfig,
     MessageToAppend,
@@ -46,6 +51,20 @@ class ReplicatedStore:
         if appends is None:
             raise NotLeader(f"{self._replica.name} does not lead its broker set now")
         return appends
+
+    async def members(self) -> list[ClusterMember]:
+        pushed = await self._replica.store.members()
+        directory = self._replica.directory
+        if directory is None:
+            return pushed
+        leaders = directory.endpoints
+        members = [
+            dataclasses.replace(m, endpoint=leaders.get(m.broker_name, m.endpoint)) for m in pushed
+        ]
+        own = self._replica.broker_set
+        if own in leaders and not any(m.broker_name == own for m in members):
+            members.append(ClusterMember(own, leaders[own]))
+        return members
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
         return await self._leading().append(messages)

@@ -15,7 +15,7 @@ read, decide, write, and report who holds which term and whether this replica ma
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -27,6 +27,10 @@ from popbroker.replication import lease
 
 TERM_ANNOTATION = "popfleet.io/term"
 IN_SYNC_ANNOTATION = "popfleet.io/in-sync"  # comma-separated replica names
+# the broker set the Lease decides and the holder's client endpoint (routes name it)
+SET_ANNOTATION = "popfleet.io/broker-set"
+ENDPOINT_ANNOTATION = "popfleet.io/endpoint"
+CLUSTER_LABEL = "popfleet.io/cluster"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +57,8 @@ class LeaseCoordinator:
         retry_ms: int,
         clock_ms: Callable[[], int],
         eligible: Callable[[], bool] = lambda: True,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
     ) -> None:
         lease.check_timing(
             lease_ms=lease_ms, renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms
@@ -65,6 +71,8 @@ class LeaseCoordinator:
         self._renew_deadline_ms = renew_deadline_ms
         self._clock_ms = clock_ms
         self._eligible = eligible
+        self._labels = dict(labels or {})
+        self._annotations = dict(annotations or {})  # written with every write of ours
         self._observer = lease.Observer()
         self._last_renewed_ms: int | None = None
         self._term = 0
@@ -134,8 +142,16 @@ class LeaseCoordinator:
             "renewTime": stamp,
             "acquireTime": stamp,
         }
-        ours = {TERM_ANNOTATION: str(term), IN_SYNC_ANNOTATION: ",".join(sorted(in_sync))}
-        metadata: dict[str, Any] = {"name": self._name, "annotations": ours}
+        ours = {
+            **self._annotations,
+            TERM_ANNOTATION: str(term),
+            IN_SYNC_ANNOTATION: ",".join(sorted(in_sync)),
+        }
+        metadata: dict[str, Any] = {
+            "name": self._name,
+            "annotations": ours,
+            "labels": self._labels,
+        }
         try:
             if body is None:
                 await self._api.create_namespaced_lease(
@@ -146,6 +162,7 @@ class LeaseCoordinator:
                 spec["acquireTime"] = body.spec.acquire_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             metadata["resourceVersion"] = body.metadata.resource_version
             metadata["annotations"] = {**(body.metadata.annotations or {}), **ours}
+            metadata["labels"] = {**(body.metadata.labels or {}), **self._labels}
             await self._api.replace_namespaced_lease(
                 self._name, self._namespace, cast(Any, _lease(metadata, spec))
             )
@@ -154,6 +171,32 @@ class LeaseCoordinator:
             if exc.status == 409:  # created meanwhile, or its resourceVersion moved on
                 return False
             raise
+
+
+class LeaderDirectory:
+    """Every broker set's leader endpoint, from the cluster's Leases (label
+    ``popfleet.io/cluster``): what each holder wrote in ``popfleet.io/endpoint``. Read by
+    every replica each round, so routes follow a failover without the operator."""
+
+    def __init__(self, api: client.CoordinationV1Api, *, namespace: str, cluster: str) -> None:
+        self._api = api
+        self._namespace = namespace
+        self._selector = f"{CLUSTER_LABEL}={cluster}"
+        self.endpoints: dict[str, str] = {}  # broker set -> its leader's client endpoint
+
+    async def refresh(self) -> dict[str, str]:
+        leases = await self._api.list_namespaced_lease(
+            self._namespace, label_selector=self._selector
+        )
+        found: dict[str, str] = {}
+        for item in leases.items:
+            annotations = item.metadata.annotations or {}
+            broker_set = annotations.get(SET_ANNOTATION)
+            endpoint = annotations.get(ENDPOINT_ANNOTATION)
+            if item.spec.holder_identity and broker_set and endpoint:
+                found[broker_set] = endpoint
+        self.endpoints = found
+        return found
 
 
 def _lease(metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,11 @@ other replica runs a Lease step. Then it acts on what the Lease says:
 * it may no longer serve (its renewal is older than the deadline): it stops leading.
 
 Only the leader's :attr:`Replica.appends` accepts writes; a follower has none.
+
+The Lease also carries what routes need: the set's name and the holder's client endpoint
+(annotations written with every renewal). With ``cluster`` given, each round ends by reading
+every set's leader endpoint from the cluster's Leases (:attr:`Replica.directory`), so a
+route names the new leader one round after a failover, with or without the operator.
 """
 
 from __future__ import annotations
@@ -26,7 +31,14 @@ from kubernetes_asyncio import client
 
 from popbroker.replication.insync import InSyncSet
 from popbroker.replicator.duty import LeaderDuty
-from popbroker.replicator.leases import LeaseCoordinator, Standing
+from popbroker.replicator.leases import (
+    CLUSTER_LABEL,
+    ENDPOINT_ANNOTATION,
+    SET_ANNOTATION,
+    LeaderDirectory,
+    LeaseCoordinator,
+    Standing,
+)
 from popbroker.replicator.wire import Follower, Leader, ReplicationRefused, SyncAppends
 from popbroker.store.local import LocalStore
 
@@ -54,6 +66,9 @@ class Replica:
         min_in_sync: int,
         ack_timeout_s: float,
         heartbeat_s: float = 0.05,
+        broker_set: str | None = None,
+        client_endpoint: str | None = None,
+        cluster: str | None = None,
     ) -> None:
         self.store = store
         self.name = name
@@ -64,10 +79,19 @@ class Replica:
         self._min_in_sync = min_in_sync
         self._ack_timeout_s = ack_timeout_s
         self._heartbeat_s = heartbeat_s
+        self.broker_set = broker_set or lease_name
+        annotations = {SET_ANNOTATION: self.broker_set}
+        if client_endpoint:
+            annotations[ENDPOINT_ANNOTATION] = client_endpoint
         self.coordinator = LeaseCoordinator(
             api, namespace=namespace, name=lease_name, me=name, lease_ms=lease_ms,
             renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms, clock_ms=clock_ms,
+            labels={CLUSTER_LABEL: cluster} if cluster else None, annotations=annotations,
         )  # fmt: skip
+        # every set's leader endpoint (None: routes keep the pushed members' endpoints)
+        self.directory = (
+            LeaderDirectory(api, namespace=namespace, cluster=cluster) if cluster else None
+        )
         self.leader: Leader | None = None
         self.appends: SyncAppends | None = None
         self._duty: LeaderDuty | None = None
@@ -83,6 +107,8 @@ class Replica:
                 await self._step_down()
             if standing.holder not in (None, self.name):
                 self._follow(standing.holder)
+        if self.directory is not None:  # after acting: a failed read delays only routes
+            await self.directory.refresh()
         return standing
 
     async def stop(self) -> None:
@@ -95,6 +121,8 @@ class Replica:
         epochs = self.store.epochs()
         if not epochs or epochs[-1][0] < term:  # a term led again after a pause has its epoch
             self.store.record_epoch(term, self.store.commitlog.end)
+        for row in self.store.clamp_offsets():
+            log.warning("%s leads with %s moved back to its queue's end", self.name, row)
         leader = Leader(self.store, term=term, token=self._token, heartbeat_s=self._heartbeat_s)
         host, port = self._peers[self.name]
         await leader.start(host, port)

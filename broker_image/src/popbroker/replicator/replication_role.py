@@ -45,6 +45,7 @@ class ReplicationOptions:
     retry_ms: int
     max_lag_ms: int
     ack_timeout_s: float
+    client_endpoint: str | None
 
     @staticmethod
     def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -63,6 +64,10 @@ class ReplicationOptions:
         group.add_argument("--retry-ms", type=int, default=2_000)
         group.add_argument("--max-lag-ms", type=int, default=10_000)
         group.add_argument("--ack-timeout-s", type=float, default=10.0)
+        group.add_argument(
+            "--client-endpoint",
+            help="HOST:PORT clients reach this pod at: routes name it while it leads",
+        )
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ReplicationOptions | None:
@@ -86,7 +91,7 @@ class ReplicationOptions:
             kubeconfig=args.kubeconfig, min_in_sync=args.min_in_sync_replicas,
             lease_ms=args.lease_ms, renew_deadline_ms=args.renew_deadline_ms,
             retry_ms=args.retry_ms, max_lag_ms=args.max_lag_ms,
-            ack_timeout_s=args.ack_timeout_s,
+            ack_timeout_s=args.ack_timeout_s, client_endpoint=args.client_endpoint,
         )  # fmt: skip
 
 
@@ -117,6 +122,8 @@ async def replicated(
             lease_ms=options.lease_ms, renew_deadline_ms=options.renew_deadline_ms,
             retry_ms=options.retry_ms, max_lag_ms=options.max_lag_ms,
             min_in_sync=options.min_in_sync, ack_timeout_s=options.ack_timeout_s,
+            broker_set=store.settings.broker_name, cluster=store.settings.cluster,
+            client_endpoint=options.client_endpoint,
         )  # fmt: skip
         rounds = asyncio.create_task(_rounds(replica, options.retry_ms))
         try:

@@ -722,6 +722,23 @@ class LocalStore:
         if generation:
             await self._config_durable(generation)
 
+    def clamp_offsets(self) -> list[CommittedOffset]:
+        """A new leader's, before it serves: committed offsets past their queue's end come
+        back to it, and the moved rows are returned. The old leader may have committed past
+        records it appended but never replicated (a consumer popped them while the SYNC
+        append waited); their sender was not answered, and the new leader's next records at
+        those queue offsets must be delivered, not skipped."""
+        moved: list[CommittedOffset] = []
+        with self._lock:
+            for (group, topic, queue_id), offset in list(self.offsets.offsets.items()):
+                end = self._next_queue_offset.get((topic, queue_id), 0)
+                if offset > end:
+                    self.offsets.commit(
+                        group=group, topic=topic, queue_id=queue_id, queue_offset=end
+                    )
+                    moved.append(CommittedOffset(group, topic, queue_id, offset))
+        return moved
+
     async def _durable(
         self, results: list[AppendResult], end: int, takebacks: int
     ) -> list[AppendResult]:
