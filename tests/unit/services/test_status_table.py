@@ -45,6 +45,10 @@ def test_every_domain_error_has_a_nonzero_code(error: type[BaseException]) -> No
         (store_errors.EmptyBody("x"), Code.MESSAGE_BODY_EMPTY),
         (service_errors.IllegalMessage("x", field="keys"), Code.ILLEGAL_MESSAGE_KEY),
         (RuntimeError("x"), Code.INTERNAL_SERVER_ERROR),
+        # replication: codes the official clients retry (a send on their next queue)
+        (store_errors.NotLeader("x"), Code.HA_NOT_AVAILABLE),
+        (store_errors.NotEnoughReplicas("x"), Code.HA_NOT_AVAILABLE),
+        (store_errors.ReplicationTimeout("x"), Code.SLAVE_PERSISTENCE_TIMEOUT),
     ],
 )
 def test_selected_codes(error: BaseException, code: int) -> None:

@@ -211,6 +211,7 @@ ALL_ERRORS = [
     errors.StoreClosed,
     errors.NotLeader,
     errors.NotEnoughReplicas,
+    errors.ReplicationTimeout,
     errors.CorruptStore,
 ]
 
@@ -229,6 +230,7 @@ ALL_ERRORS = [
         (errors.StoreClosed, grpc.StatusCode.UNAVAILABLE),
         (errors.NotLeader, grpc.StatusCode.FAILED_PRECONDITION),
         (errors.NotEnoughReplicas, grpc.StatusCode.UNAVAILABLE),
+        (errors.ReplicationTimeout, grpc.StatusCode.UNAVAILABLE),
         (errors.CorruptStore, grpc.StatusCode.DATA_LOSS),
         (errors.StoreError, grpc.StatusCode.INTERNAL),
     ],

@@ -39,6 +39,11 @@ TABLE: dict[type[BaseException], int] = {
     store_errors.MessageTooLarge: Code.MESSAGE_BODY_TOO_LARGE,
     store_errors.InvalidName: Code.ILLEGAL_TOPIC,
     store_errors.InvalidArgument: Code.BAD_REQUEST,
+    # replication (docs/design/2026-11-28-replication.md, "What clients see"): no v2 code
+    # makes an official client query the route at once; these are ones they retry
+    store_errors.NotLeader: Code.HA_NOT_AVAILABLE,
+    store_errors.ReplicationTimeout: Code.SLAVE_PERSISTENCE_TIMEOUT,
+    store_errors.NotEnoughReplicas: Code.HA_NOT_AVAILABLE,
     store_errors.StoreFull: Code.INTERNAL_SERVER_ERROR,
     store_errors.StoreClosed: Code.INTERNAL_SERVER_ERROR,
     store_errors.CorruptStore: Code.INTERNAL_ERROR,

@@ -51,7 +51,7 @@ from popbroker.replication import rules, stream
 from popbroker.replication.rules import EpochEntry, EpochHistory, ReplicationRuleError
 from popbroker.replicator.logs import FollowerLog, LeaderLog
 from popbroker.store.api import AppendResult, MessageToAppend
-from popbroker.store.errors import NotEnoughReplicas
+from popbroker.store.errors import NotEnoughReplicas, ReplicationTimeout
 from popbroker.store.local import LocalStore
 
 log = logging.getLogger(__name__)
@@ -345,7 +345,7 @@ async def _wait(
     try:
         await asyncio.wait_for(waiting(), timeout_s)
     except TimeoutError:
-        raise NotEnoughReplicas(failure()) from None
+        raise ReplicationTimeout(failure()) from None
 
 
 class SyncAppends:

@@ -63,10 +63,14 @@ class NotLeader(StoreError):
 
 
 class NotEnoughReplicas(StoreError):
-    """A SYNC write refused before its append (the in-sync set is below its minimum), or
-    not acknowledged by the set in time (then it is on the leader, and may be lost)."""
+    """A SYNC write refused before its append: the in-sync set is below its minimum."""
 
     retriable = True
+
+
+class ReplicationTimeout(NotEnoughReplicas):
+    """A SYNC write not acknowledged by the in-sync set in time: it is on the leader and
+    may be lost with it (RocketMQ's FLUSH_SLAVE_TIMEOUT)."""
 
 
 class CorruptStore(StoreError):
