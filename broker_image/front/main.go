@@ -13,7 +13,7 @@
 //
 //	popfront -listen HOST:PORT -upstream TARGET [-port-file PATH] [-metrics-listen HOST:PORT]
 //	         [-tls-cert PEM -tls-key PEM] [-max-recv-bytes N] [-procs N] [-drain DURATION]
-//	         [-frames auto|off]
+//	         [-frames auto|off] [-leader-listen HOST:PORT -leader-file PATH [-leader-file-max-age D]]
 //
 // TARGET is a gRPC target: unix:///path/to/socket or HOST:PORT. Only the
 // client-facing side speaks TLS; the upstream is a Unix socket or loopback in
@@ -51,6 +51,8 @@ type options struct {
 	drain                      time.Duration
 	cpuProfile                 string
 	frames                     string
+	leaderListen, leaderFile   string
+	leaderFileMaxAge           time.Duration
 }
 
 func parseFlags(args []string) (options, error) {
@@ -73,6 +75,9 @@ func parseFlags(args []string) (options, error) {
 	fs.IntVar(&o.gcPercent, "gc-percent", 400, "GOGC: heap growth over the live heap before a collection (the GOGC variable, when set, wins)")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a pprof CPU profile here until exit")
 	fs.StringVar(&o.frames, "frames", "auto", "auto: hot calls to a unix:// upstream go framed to its .frames socket once it is there (frames.go); off: all over gRPC")
+	fs.StringVar(&o.leaderListen, "leader-listen", "", "HOST:PORT served only while this pod leads its broker set (leader.go)")
+	fs.StringVar(&o.leaderFile, "leader-file", "", "the file the store role keeps fresh while its replica leads")
+	fs.DurationVar(&o.leaderFileMaxAge, "leader-file-max-age", 6*time.Second, "a leader file written longer ago than this is stale: the store died or froze")
 	if err := fs.Parse(args); err != nil {
 		return o, err
 	}
@@ -90,6 +95,12 @@ func parseFlags(args []string) (options, error) {
 	}
 	if o.procs <= 0 {
 		return o, fmt.Errorf("-procs %d: must be positive", o.procs)
+	}
+	if (o.leaderListen == "") != (o.leaderFile == "") {
+		return o, errors.New("-leader-listen and -leader-file go together")
+	}
+	if o.leaderFileMaxAge <= 0 {
+		return o, fmt.Errorf("-leader-file-max-age %v: must be positive", o.leaderFileMaxAge)
 	}
 	if o.frames != "auto" && o.frames != "off" {
 		return o, fmt.Errorf("-frames %q: auto or off", o.frames)
@@ -188,6 +199,16 @@ func run(o options) error {
 	}
 	log.Printf("serving on %s, forwarding to %s (tls %v)", lis.Addr(), o.upstream, o.tlsCert != "")
 
+	if o.leaderListen != "" {
+		gate := &leaderGate{
+			address: o.leaderListen, file: o.leaderFile, maxAge: o.leaderFileMaxAge,
+			serve: server.Serve, now: time.Now,
+		}
+		gateStop := make(chan struct{})
+		defer close(gateStop)
+		go gate.run(leaderCheckInterval, gateStop)
+	}
+
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	go func() {
@@ -203,6 +224,10 @@ func run(o options) error {
 	}()
 	return server.Serve(lis)
 }
+
+// leaderCheckInterval is how often the leader file is looked at: a deposed
+// leader's port closes at most this long after its store removed the file.
+const leaderCheckInterval = 200 * time.Millisecond
 
 // writeFileAtomic writes through a temporary file and a rename, so a reader
 // never sees a partial port.

@@ -3,21 +3,21 @@ their Lease on the testbed's kube-apiserver, replication over loopback. The lead
 SYNC writes (minInSyncReplicas 2); it is killed (its tasks cancelled, its files left); once
 the lease time has passed by the others' clocks one of them leads the next term and the
 other follows it; every acknowledged write is on the new leader; the old leader, restarted,
-follows, cuts what it had alone and becomes a byte-for-byte copy."""
+follows, cuts what it had alone and becomes a byte-for-byte copy. Throughout, the pod of
+the Lease's holder, and no other, carries the leader label."""
 
 from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any, cast
 
-import pytest
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
+from popbroker.replicator.podlabels import LEADER_LABEL, SET_LABEL
 from popbroker.replicator.replica import Replica
 from popbroker.store.api import MessageToAppend
-from popfleet_testbed import cluster
 from tests.integration.replication.reads import keys
 from tests.integration.replication.test_follower_logs import _open, _segments
 
@@ -34,20 +34,33 @@ class Clock:
         return self.ms
 
 
-@pytest.fixture
-async def api(testbed: cluster.Cluster) -> AsyncIterator[client.CoordinationV1Api]:
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(testbed.kubeconfig), client_configuration=configuration
-    )
-    async with client.ApiClient(configuration) as api_client:
-        yield client.CoordinationV1Api(api_client)
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+async def _pods(pods: client.CoreV1Api, namespace: str) -> None:
+    """Pods a, b, c of set broker-0, bound to a node that does not exist (never run)."""
+    for name in "abc":
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": {SET_LABEL: "broker-0"}},
+            "spec": {
+                "nodeName": "no-such-node",
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "store", "image": "popfleet.local/none:0"}],
+            },
+        }
+        await pods.create_namespaced_pod(namespace, cast(Any, body))
+
+
+async def _labelled(pods: client.CoreV1Api, namespace: str) -> set[str]:
+    found = await pods.list_namespaced_pod(
+        namespace, label_selector=f"{SET_LABEL}=broker-0,{LEADER_LABEL}=true"
+    )
+    return {pod.metadata.name for pod in found.items}
 
 
 def _message(i: int) -> list[MessageToAppend]:
@@ -59,17 +72,18 @@ def _message(i: int) -> list[MessageToAppend]:
 
 
 async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
-    api: client.CoordinationV1Api, testbed_namespace: str, tmp_path: Path
+    api: client.CoordinationV1Api, pods: client.CoreV1Api, testbed_namespace: str, tmp_path: Path
 ) -> None:
     clock = Clock()
     peers = {name: ("127.0.0.1", _free_port()) for name in "abc"}
+    await _pods(pods, testbed_namespace)
 
     async def replica(name: str) -> Replica:
         return Replica(
             await _open(tmp_path / name), name=name, api=api, namespace=testbed_namespace,
             lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
             lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
-            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0,
+            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0, pods=pods,
         )  # fmt: skip
 
     replicas = {name: await replica(name) for name in "abc"}
@@ -93,6 +107,7 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
         )
         appends = replicas["a"].appends
         assert appends is not None
+        assert await _labelled(pods, testbed_namespace) == {"a"}
         acknowledged = set()
         for i in range(40):
             await appends.append(_message(i))
@@ -117,17 +132,20 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
         assert "1000" not in await keys(new.store)
         assert new.appends is not None
         await new.appends.append(_message(41))  # SYNC with the other follower
+        # the dead leader's pod lost its label to the new leader's
+        assert await _labelled(pods, testbed_namespace) == {new.name}
 
         restarted = Replica(
             await _open(tmp_path / "a"), name="a", api=api, namespace=testbed_namespace,
             lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
             lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
-            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0,
+            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0, pods=pods,
         )  # fmt: skip
         replicas["a"] = live["a"] = restarted
         await rounds_until(lambda: restarted.store.commitlog.end == new.store.commitlog.end)
         assert _segments(restarted.store) == _segments(new.store)
         assert "1000" not in await keys(restarted.store)
+        assert await _labelled(pods, testbed_namespace) == {new.name}
     finally:
         for r in replicas.values():
             await r.stop()

@@ -3,7 +3,8 @@ processes with ``--replica-name``, their Lease on the testbed's kube-apiserver, 
 over loopback TCP, writes through the store wire (SYNC, minInSyncReplicas 2). The leader
 is killed with SIGKILL; another replica leads within the lease time and holds every
 acknowledged write and the config; followers refuse writes (``NotLeader``); every
-replica's members name the set's leader's client endpoint, before and after."""
+replica's members name the set's leader's client endpoint, and only the leader keeps its
+leader file (popfront's leader port follows it), before and after."""
 
 from __future__ import annotations
 
@@ -58,6 +59,7 @@ def replicas(
             "--max-lag-ms", str(LAG_MS), "--ack-timeout-s", "5",
             "--cluster", "c1", "--broker-name", "broker-0",
             "--client-endpoint", ENDPOINTS[name],
+            "--leader-file", str(tmp_path / f"{name}.leading"),
         ]  # fmt: skip
         log = (tmp_path / f"{name}.log").open("ab")
         started[name] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), sock)
@@ -110,8 +112,24 @@ async def _members_name(stores: dict[str, RemoteStore], endpoint: str) -> None:
             await asyncio.sleep(0.1)  # bounded poll of a state the replica's rounds move
 
 
+async def _leader_files(tmp_path: Path, live: set[str], leader: str) -> None:
+    """Until, of the live replicas, only ``leader`` has a leader file, and it is being
+    rewritten (bounded)."""
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        files = {n for n in live if (tmp_path / f"{n}.leading").exists()}
+        if files == {leader}:
+            first = (tmp_path / f"{leader}.leading").stat().st_mtime_ns
+            while (tmp_path / f"{leader}.leading").stat().st_mtime_ns == first:
+                assert time.monotonic() < deadline, f"{leader}'s leader file is not rewritten"
+                await asyncio.sleep(0.1)
+            return
+        assert time.monotonic() < deadline, f"leader files of {files}, not of {leader} alone"
+        await asyncio.sleep(0.1)  # bounded poll of a state the replicas' rounds move
+
+
 async def test_a_killed_leader_loses_no_acknowledged_write(
-    replicas: dict[str, tuple[subprocess.Popen[bytes], Path]],
+    replicas: dict[str, tuple[subprocess.Popen[bytes], Path]], tmp_path: Path
 ) -> None:
     stores: dict[str, RemoteStore] = {}
     try:
@@ -137,6 +155,7 @@ async def test_a_killed_leader_loses_no_acknowledged_write(
                 with pytest.raises(NotLeader):
                     await store.put_topic(TopicConfig("refused", 1, 1))
         await _members_name(stores, ENDPOINTS[first])
+        await _leader_files(tmp_path, set(stores), first)
 
         proc, _ = replicas[first]
         os.kill(proc.pid, signal.SIGKILL)
@@ -151,6 +170,7 @@ async def test_a_killed_leader_loses_no_acknowledged_write(
         assert {t.name for t in await stores[second].topics()} >= {"orders"}
         assert "refused" not in {t.name for t in await stores[second].topics()}
         await _members_name(stores, ENDPOINTS[second])
+        await _leader_files(tmp_path, set(stores), second)
     finally:
         for store in stores.values():
             await store.close()

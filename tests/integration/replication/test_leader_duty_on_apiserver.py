@@ -8,11 +8,10 @@ acknowledged by the remaining follower."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from popbroker.replication.insync import InSyncSet
 from popbroker.replicator.duty import LeaderDuty
@@ -20,7 +19,6 @@ from popbroker.replicator.leases import LeaseCoordinator
 from popbroker.replicator.wire import Follower, Leader, SyncAppends
 from popbroker.store.api import MessageToAppend
 from popbroker.store.errors import NotEnoughReplicas
-from popfleet_testbed import cluster
 from tests.integration.replication.test_follower_logs import _open
 
 TOKEN = b"set-secret"
@@ -34,16 +32,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.ms
-
-
-@pytest.fixture
-async def api(testbed: cluster.Cluster) -> AsyncIterator[client.CoordinationV1Api]:
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(testbed.kubeconfig), client_configuration=configuration
-    )
-    async with client.ApiClient(configuration) as api_client:
-        yield client.CoordinationV1Api(api_client)
 
 
 def _message(i: int) -> list[MessageToAppend]:

@@ -8,13 +8,10 @@ for a free Lease get one winner (the API server's compare-and-swap)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
-from kubernetes_asyncio import client, config
+from kubernetes_asyncio import client
 
 from popbroker.replicator.leases import LeaseCoordinator, Standing
-from popfleet_testbed import cluster
 
 LEASE_MS, DEADLINE_MS, RETRY_MS = 3_000, 2_000, 1_000
 
@@ -25,16 +22,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.ms
-
-
-@pytest.fixture
-async def api(testbed: cluster.Cluster) -> AsyncIterator[client.CoordinationV1Api]:
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=str(testbed.kubeconfig), client_configuration=configuration
-    )
-    async with client.ApiClient(configuration) as api_client:
-        yield client.CoordinationV1Api(api_client)
 
 
 def _candidate(

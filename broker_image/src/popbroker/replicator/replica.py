@@ -18,6 +18,8 @@ The Lease also carries what routes need: the set's name and the holder's client 
 (annotations written with every renewal). With ``cluster`` given, each round ends by reading
 every set's leader endpoint from the cluster's Leases (:attr:`Replica.directory`), so a
 route names the new leader one round after a failover, with or without the operator.
+With ``pods`` given, the leader's pod carries the label ``popfleet.io/leader=true``
+(:mod:`popbroker.replicator.podlabels`), for a Service that always reaches the leader.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import logging
 from collections.abc import Callable, Mapping
 
 from kubernetes_asyncio import client
+from kubernetes_asyncio.client.exceptions import ApiException
 
 from popbroker.replication.insync import InSyncSet
 from popbroker.replicator.duty import LeaderDuty
@@ -39,6 +42,7 @@ from popbroker.replicator.leases import (
     LeaseCoordinator,
     Standing,
 )
+from popbroker.replicator.podlabels import LeaderPodLabel
 from popbroker.replicator.wire import Follower, Leader, ReplicationRefused, SyncAppends
 from popbroker.store.local import LocalStore
 
@@ -69,6 +73,7 @@ class Replica:
         broker_set: str | None = None,
         client_endpoint: str | None = None,
         cluster: str | None = None,
+        pods: client.CoreV1Api | None = None,
     ) -> None:
         self.store = store
         self.name = name
@@ -88,6 +93,13 @@ class Replica:
             renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms, clock_ms=clock_ms,
             labels={CLUSTER_LABEL: cluster} if cluster else None, annotations=annotations,
         )  # fmt: skip
+        # the leader label on the leader's pod (None: no label; podlabels)
+        self.pod_label = (
+            LeaderPodLabel(pods, namespace=namespace, broker_set=self.broker_set, me=name)
+            if pods is not None
+            else None
+        )
+        self._labelled = True  # not known at start: a follower takes a stale label off once
         # every set's leader endpoint (None: routes keep the pushed members' endpoints)
         self.directory = (
             LeaderDirectory(api, namespace=namespace, cluster=cluster) if cluster else None
@@ -107,9 +119,23 @@ class Replica:
                 await self._step_down()
             if standing.holder not in (None, self.name):
                 self._follow(standing.holder)
+        await self._label()
         if self.directory is not None:  # after acting: a failed read delays only routes
             await self.directory.refresh()
         return standing
+
+    async def _label(self) -> None:
+        if self.pod_label is None:
+            return
+        try:
+            if self.leader is not None:
+                await self.pod_label.lead()
+                self._labelled = True
+            elif self._labelled:
+                await self.pod_label.follow()
+                self._labelled = False
+        except ApiException as exc:  # the label waits for the next round; the data path not
+            log.warning("%s: leader label not updated: %s", self.name, exc.reason)
 
     async def stop(self) -> None:
         await self._step_down()

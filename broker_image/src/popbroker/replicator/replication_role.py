@@ -15,6 +15,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ class ReplicationOptions:
     max_lag_ms: int
     ack_timeout_s: float
     client_endpoint: str | None
+    label_leader_pod: bool
+    leader_file: Path | None
 
     @staticmethod
     def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +70,17 @@ class ReplicationOptions:
         group.add_argument(
             "--client-endpoint",
             help="HOST:PORT clients reach this pod at: routes name it while it leads",
+        )
+        group.add_argument(
+            "--label-leader-pod",
+            action="store_true",
+            help="label the leader's pod popfleet.io/leader=true (the replica name is the pod's)",
+        )
+        group.add_argument(
+            "--leader-file",
+            type=Path,
+            help="rewritten every round while this replica leads, removed otherwise "
+            "(popfront -leader-file opens the leader port by it)",
         )
 
     @classmethod
@@ -92,6 +106,7 @@ class ReplicationOptions:
             lease_ms=args.lease_ms, renew_deadline_ms=args.renew_deadline_ms,
             retry_ms=args.retry_ms, max_lag_ms=args.max_lag_ms,
             ack_timeout_s=args.ack_timeout_s, client_endpoint=args.client_endpoint,
+            label_leader_pod=args.label_leader_pod, leader_file=args.leader_file,
         )  # fmt: skip
 
 
@@ -124,21 +139,40 @@ async def replicated(
             min_in_sync=options.min_in_sync, ack_timeout_s=options.ack_timeout_s,
             broker_set=store.settings.broker_name, cluster=store.settings.cluster,
             client_endpoint=options.client_endpoint,
+            pods=client.CoreV1Api(api_client) if options.label_leader_pod else None,
         )  # fmt: skip
-        rounds = asyncio.create_task(_rounds(replica, options.retry_ms))
+        mark_leading(options.leader_file, None)  # a file left by a crash says nothing now
+        rounds = asyncio.create_task(_rounds(replica, options))
         try:
             yield cast(api.StoreApi, ReplicatedStore(replica))
         finally:
             rounds.cancel()
             await asyncio.gather(rounds, return_exceptions=True)
+            mark_leading(options.leader_file, None)
             await replica.stop()
 
 
-async def _rounds(replica: Replica, retry_ms: int) -> None:
+async def _rounds(replica: Replica, options: ReplicationOptions) -> None:
     while True:
         try:
             standing = await replica.round()
             log.debug("replica %s: %s", replica.name, standing)
         except Exception:
             log.warning("replica %s: round failed", replica.name, exc_info=True)
-        await asyncio.sleep(retry_ms / 1000)
+        leader = replica.leader
+        mark_leading(options.leader_file, leader.term if leader is not None else None)
+        await asyncio.sleep(options.retry_ms / 1000)
+
+
+def mark_leading(path: Path | None, term: int | None) -> None:
+    """The leader file (``--leader-file``): written with the term every round while this
+    replica leads, so its age says the store is alive; removed when it does not lead.
+    popfront serves its leader port only while the file is fresh (front/leader.go)."""
+    if path is None:
+        return
+    if term is None:
+        path.unlink(missing_ok=True)
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{term}\n")
+    os.replace(tmp, path)
