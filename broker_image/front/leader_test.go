@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 )
@@ -74,19 +75,25 @@ func TestTheLeaderPortFollowsTheLeaderFile(t *testing.T) {
 		}
 	}
 
+	served := func(failure string) net.Conn {
+		t.Helper()
+		conn, err := net.Dial("tcp", gate.address)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if !echoes(conn) {
+			t.Fatal(failure)
+		}
+		return conn
+	}
+
 	check(false) // no file: not leading
 	refused()
 
 	write()
 	check(true)
-	held, err := net.Dial("tcp", gate.address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Close()
-	if !echoes(held) {
-		t.Fatal("a connection to the leader port is not served")
-	}
+	held := served("a connection to the leader port is not served")
 	check(true) // nothing changes while the file stays fresh
 
 	os.Remove(file) // the store stopped leading
@@ -98,14 +105,7 @@ func TestTheLeaderPortFollowsTheLeaderFile(t *testing.T) {
 
 	write() // leading again: the same address opens again
 	check(true)
-	again, err := net.Dial("tcp", gate.address)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	if !echoes(again) {
-		t.Fatal("the reopened leader port does not serve")
-	}
+	again := served("the reopened leader port does not serve")
 
 	clock = clock.Add(7 * time.Second) // the store died or froze: its file goes stale
 	check(false)
@@ -114,14 +114,8 @@ func TestTheLeaderPortFollowsTheLeaderFile(t *testing.T) {
 	}
 	refused()
 
-	want := []bool{true, false, true, false}
-	if len(changes) != len(want) {
+	if want := []bool{true, false, true, false}; !slices.Equal(changes, want) {
 		t.Fatalf("changes %v, want %v", changes, want)
-	}
-	for i := range want {
-		if changes[i] != want[i] {
-			t.Fatalf("changes %v, want %v", changes, want)
-		}
 	}
 }
 
