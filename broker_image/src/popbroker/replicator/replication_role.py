@@ -20,14 +20,13 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
-from kubernetes_asyncio import client, config
-
-from popbroker.replicator.facade import ReplicatedStore
-from popbroker.replicator.replica import Replica
 from popbroker.store import api
 from popbroker.store.local import LocalStore
+
+if TYPE_CHECKING:
+    from popbroker.replicator.replica import Replica
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +48,7 @@ class ReplicationOptions:
     client_endpoint: str | None
     label_leader_pod: bool
     leader_file: Path | None
+    synchronous: bool
 
     @staticmethod
     def add_flags(parser: argparse.ArgumentParser) -> None:
@@ -61,6 +61,13 @@ class ReplicationOptions:
         group.add_argument("--lease-name", help="the broker set's Lease")
         group.add_argument("--replication-token-file", type=Path)
         group.add_argument("--kubeconfig", type=Path, help="none: the pod's service account")
+        group.add_argument(
+            "--replication-mode",
+            choices=["SYNC", "ASYNC"],
+            default="SYNC",
+            help="SYNC: a write is answered once the in-sync set holds it; ASYNC: after the "
+            "leader's write (a failover may lose what the new leader had not received)",
+        )
         group.add_argument("--min-in-sync-replicas", type=int, default=1)
         group.add_argument("--lease-ms", type=int, default=15_000)
         group.add_argument("--renew-deadline-ms", type=int, default=10_000)
@@ -107,6 +114,7 @@ class ReplicationOptions:
             retry_ms=args.retry_ms, max_lag_ms=args.max_lag_ms,
             ack_timeout_s=args.ack_timeout_s, client_endpoint=args.client_endpoint,
             label_leader_pod=args.label_leader_pod, leader_file=args.leader_file,
+            synchronous=args.replication_mode == "SYNC",
         )  # fmt: skip
 
 
@@ -122,6 +130,13 @@ async def replicated(
     if options is None:
         yield store
         return
+    # Imported only when replication is on: the Kubernetes client's models cost a store
+    # role ~70 MB and ~0.5 s at start, which a store without replication never needs.
+    from kubernetes_asyncio import client, config  # noqa: PLC0415
+
+    from popbroker.replicator.facade import ReplicatedStore  # noqa: PLC0415
+    from popbroker.replicator.replica import Replica  # noqa: PLC0415
+
     configuration = client.Configuration()
     if options.kubeconfig is not None:
         await config.load_kube_config(
@@ -140,6 +155,7 @@ async def replicated(
             broker_set=store.settings.broker_name, cluster=store.settings.cluster,
             client_endpoint=options.client_endpoint,
             pods=client.CoreV1Api(api_client) if options.label_leader_pod else None,
+            synchronous=options.synchronous,
         )  # fmt: skip
         mark_leading(options.leader_file, None)  # a file left by a crash says nothing now
         rounds = asyncio.create_task(_rounds(replica, options))
