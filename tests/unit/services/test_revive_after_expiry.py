@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from popbroker.pop import retrytopics
+from popbroker.store.errors import NotLeader
 from tests.unit.services.conftest import GROUP, TOPIC, Broker
 
 
@@ -71,4 +74,36 @@ async def test_only_the_unacked_messages_of_a_batch_come_back(broker: Broker) ->
     await _expire(broker, 5_000)
     again = await broker.receive()
     assert sorted(m.stored.body for m in again) == [f"m{i}".encode() for i in (1, 3, 5, 7, 9)]
+    assert {m.delivery_attempt for m in again} == {2}
+
+
+async def test_a_followers_revive_idles_and_revives_once_its_replica_leads(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While the store refuses writes as a follower's does (``NotLeader``), a due checkpoint
+    is put back untried: no attempt counted, no back-off. Once the replica leads, the
+    message comes back once, as its second delivery."""
+    for i in range(3):
+        await broker.send(f"m{i}".encode())
+    got = await broker.receive(invisible_ms=5_000)
+    assert len(got) == 3
+    broker.clock.advance(5_000)
+    await broker.flush()
+    broker.clock.advance(1_000)
+
+    async def refused(*_args: object, **_kwargs: object) -> object:
+        raise NotLeader("broker-0 does not lead its broker set now")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(broker.store, "append", refused)
+        for _ in range(3):
+            with pytest.raises(NotLeader):
+                await broker.revive_step()
+    for worker in broker.revive.workers:
+        assert worker.ledger.stats().in_flight == 0  # every task put back
+    assert await broker.receive() == []
+
+    await broker.revive_step()  # leading now: no back-off was added while following
+    again = await broker.receive()
+    assert sorted(m.stored.body for m in again) == [b"m0", b"m1", b"m2"]
     assert {m.delivery_attempt for m in again} == {2}

@@ -278,6 +278,16 @@ class ReviveLedger:
         pending.attempt += 1
         heapq.heappush(self._heap, (pending.due_ms, pending.revive_queue_offset))
 
+    def put_back(self, task: ReviveTask) -> None:
+        """``task`` was not tried (this replica does not lead its set now): due again as it
+        was, with no back-off and no attempt counted."""
+        pending = self._current(task)
+        if pending is None:
+            return
+        self._in_flight -= 1
+        pending.in_flight = False
+        heapq.heappush(self._heap, (pending.due_ms, pending.revive_queue_offset))
+
     def _current(self, task: ReviveTask) -> _Pending | None:
         pending = self._pending.get(task.revive_queue_offset)
         if pending is None or not pending.in_flight or pending.attempt != task.attempt:

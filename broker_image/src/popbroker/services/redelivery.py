@@ -27,7 +27,7 @@ from popbroker.services import messages
 from popbroker.services.configcache import ConfigCache
 from popbroker.services.settings import Clock, ReviveRoleSettings
 from popbroker.store.api import MessageToAppend, ReadStatus, StoreApi, StoredMessage
-from popbroker.store.errors import StoreError
+from popbroker.store.errors import NotLeader, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +55,14 @@ class Redeliverer:
     async def revive_due(self, now_ms: int) -> tuple[int, int, int]:
         """Revive what is due at ``now_ms``: (revived, dead-lettered, failed tasks)."""
         revived = dead = failed = 0
-        for task in self.ledger.due(now_ms, limit=self._settings.max_tasks_per_round):
-            outcome = await self._revive(task)
+        tasks = self.ledger.due(now_ms, limit=self._settings.max_tasks_per_round)
+        for index, task in enumerate(tasks):
+            try:
+                outcome = await self._revive(task)
+            except NotLeader:  # a follower's revive idles until its replica leads (issue 18)
+                for untried in tasks[index:]:
+                    self.ledger.put_back(untried)
+                raise
             if outcome is None:
                 failed += 1
             else:
@@ -107,6 +113,8 @@ class Redeliverer:
         try:
             if copies:
                 await self._store.append(copies)
+        except NotLeader:
+            raise  # revive_due puts the task back untried
         except StoreError as exc:
             log.warning("revive: re-put of %s failed: %s", ck.key, exc)
             self.ledger.fail(task, self._clock())

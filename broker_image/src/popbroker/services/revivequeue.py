@@ -26,7 +26,7 @@ from popbroker.services.redelivery import Redeliverer
 from popbroker.services.settings import Clock, ReviveRoleSettings
 from popbroker.store import names
 from popbroker.store.api import MessageToAppend, ReadStatus, StoreApi, StoredMessage
-from popbroker.store.errors import StoreError
+from popbroker.store.errors import NotLeader, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -223,6 +223,8 @@ class ReviveQueueWorker:
                 queue_id=self.revive_queue_id,
                 queue_offset=safe,
             )
+        except NotLeader:  # a follower's: its leader's progress arrives by replication
+            return
         except StoreError as exc:
             log.warning(
                 "revive queue %d: persisting progress failed: %s", self.revive_queue_id, exc

@@ -50,7 +50,7 @@ from popbroker.services.revivequeue import ReviveQueueWorker, StepReport
 from popbroker.services.settings import Clock, ReviveRoleSettings
 from popbroker.store import names
 from popbroker.store.api import StoreApi
-from popbroker.store.errors import StoreError
+from popbroker.store.errors import NotLeader, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +116,9 @@ class ReviveService:
             wakeup.clear()
             try:
                 report = await worker.step()
+            except NotLeader:  # this pod's replica follows: nothing to redeliver here now
+                log.debug("revive queue %d: idle, not leading", worker.revive_queue_id)
+                report = None
             except StoreError as exc:
                 log.warning("revive queue %d: step failed: %s", worker.revive_queue_id, exc)
                 report = None
