@@ -63,6 +63,25 @@ async def _labelled(pods: client.CoreV1Api, namespace: str) -> set[str]:
     return {pod.metadata.name for pod in found.items}
 
 
+async def _replica(
+    name: str,
+    tmp_path: Path,
+    *,
+    api: client.CoordinationV1Api,
+    namespace: str,
+    peers: dict[str, tuple[str, int]],
+    clock: Clock,
+    pods: client.CoreV1Api | None = None,
+) -> Replica:
+    """Replica ``name`` of set broker-0 on its store in ``tmp_path / name`` (minInSync 2)."""
+    return Replica(
+        await _open(tmp_path / name), name=name, api=api, namespace=namespace,
+        lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
+        lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
+        max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0, pods=pods,
+    )  # fmt: skip
+
+
 def _message(i: int) -> list[MessageToAppend]:
     return [
         MessageToAppend(
@@ -79,11 +98,9 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
     await _pods(pods, testbed_namespace)
 
     async def replica(name: str) -> Replica:
-        return Replica(
-            await _open(tmp_path / name), name=name, api=api, namespace=testbed_namespace,
-            lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
-            lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
-            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0, pods=pods,
+        return await _replica(
+            name, tmp_path, api=api, namespace=testbed_namespace, peers=peers, clock=clock,
+            pods=pods,
         )  # fmt: skip
 
     replicas = {name: await replica(name) for name in "abc"}
@@ -118,7 +135,7 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
             live.pop(name)
         await replicas["a"].store.append(_message(1000))  # on a alone
         live.pop("a")
-        await replicas["a"].stop()  # killed: its tasks end, its files stay
+        await replicas["a"].stop(release=False)  # killed: its tasks end, its files stay
         await replicas["a"].store.close()
         live.update(b=replicas["b"], c=replicas["c"])
 
@@ -135,17 +152,49 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
         # the dead leader's pod lost its label to the new leader's
         assert await _labelled(pods, testbed_namespace) == {new.name}
 
-        restarted = Replica(
-            await _open(tmp_path / "a"), name="a", api=api, namespace=testbed_namespace,
-            lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
-            lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
-            max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0, pods=pods,
-        )  # fmt: skip
+        restarted = await replica("a")
         replicas["a"] = live["a"] = restarted
         await rounds_until(lambda: restarted.store.commitlog.end == new.store.commitlog.end)
         assert _segments(restarted.store) == _segments(new.store)
         assert "1000" not in await keys(restarted.store)
         assert await _labelled(pods, testbed_namespace) == {new.name}
+    finally:
+        for r in replicas.values():
+            await r.stop()
+            await r.store.close()
+
+
+async def test_a_stopping_leader_hands_over_without_the_lease_time(
+    api: client.CoordinationV1Api, testbed_namespace: str, tmp_path: Path
+) -> None:
+    """A graceful stop (a rolling upgrade) releases the Lease after the leader stopped taking
+    writes: a follower leads the next term at its next round, no lease time waited, holding
+    every acknowledged write."""
+    clock = Clock()
+    peers = {name: ("127.0.0.1", _free_port()) for name in "ab"}
+    replicas = {
+        name: await _replica(
+            name, tmp_path, api=api, namespace=testbed_namespace, peers=peers, clock=clock
+        )
+        for name in "ab"
+    }
+    a, b = replicas["a"], replicas["b"]
+    try:
+        for _ in range(ROUNDS):
+            await a.round()
+            await b.round()
+            if a.appends is not None and a.appends.in_sync == ["b"]:
+                break
+            await asyncio.sleep(0.05)  # the follower's connection moves between rounds
+            clock.ms += RETRY_MS
+        assert a.appends is not None and a.appends.in_sync == ["b"]
+        for i in range(10):
+            await a.appends.append(_message(i))
+        await a.stop()  # graceful: no more writes, then the Lease released
+        standing = await b.round()  # the clock does not move: no lease time waited
+        assert (standing.holder, standing.term, standing.serving) == ("b", 2, True)
+        assert b.leader is not None and b.leader.term == 2
+        assert {str(i) for i in range(10)} <= await keys(b.store)
     finally:
         for r in replicas.values():
             await r.stop()

@@ -6,8 +6,9 @@ offset is what every follower acknowledged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -156,11 +157,7 @@ def _message(i: int) -> MessageToAppend:
 async def test_a_sync_append_is_answered_once_the_in_sync_follower_holds_it(
     tmp_path: Path,
 ) -> None:
-    leader_store, follower_store = await _open(tmp_path / "l"), await _open(tmp_path / "f")
-    leader = Leader(leader_store, term=1, token=TOKEN, heartbeat_s=0.05)
-    try:
-        leader_store.record_epoch(1, 0)
-        port = await leader.start("127.0.0.1", 0)
+    async with _term_one(tmp_path) as (leader_store, follower_store, leader, port):
         follower = Follower(follower_store, name="f1", token=TOKEN)
         running = asyncio.create_task(follower.run("127.0.0.1", port))
         appends = SyncAppends(leader_store, leader, min_in_sync=2, timeout_s=WAIT_S)
@@ -186,6 +183,41 @@ async def test_a_sync_append_is_answered_once_the_in_sync_follower_holds_it(
         assert leader_store.commitlog.end == end
         alone = SyncAppends(leader_store, leader, min_in_sync=1, timeout_s=0.3)
         assert await alone.append([_message(101)])  # minInSyncReplicas 1: the leader alone
+
+
+async def test_an_async_append_is_answered_by_the_leaders_write_and_replicated_after(
+    tmp_path: Path,
+) -> None:
+    async with _term_one(tmp_path) as (leader_store, follower_store, leader, port):
+        asynchronous = SyncAppends(
+            leader_store, leader, min_in_sync=2, timeout_s=0.3, synchronous=False
+        )
+        asynchronous.in_sync = ["f1"]  # f1 has not connected: SYNC would time out
+        results = [(await asynchronous.append([_message(i)]))[0] for i in range(5)]
+        assert leader.acked == {}  # answered with no follower holding anything
+        asynchronous.in_sync = []  # below the minimum: SYNC would refuse it
+        assert await asynchronous.append([_message(5)])
+        end = leader_store.commitlog.end
+        assert end > results[-1].physical_offset
+
+        follower = Follower(follower_store, name="f1", token=TOKEN)
+        running = asyncio.create_task(follower.run("127.0.0.1", port))
+        await _until(follower, running, lambda: follower.log.state.end == end)
+        assert _segments(follower_store) == _segments(leader_store)
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+@contextlib.asynccontextmanager
+async def _term_one(
+    tmp_path: Path,
+) -> AsyncIterator[tuple[LocalStore, LocalStore, Leader, int]]:
+    """A leader's store in term 1 serving on a port, and a follower's store."""
+    leader_store, follower_store = await _open(tmp_path / "l"), await _open(tmp_path / "f")
+    leader = Leader(leader_store, term=1, token=TOKEN, heartbeat_s=0.05)
+    try:
+        leader_store.record_epoch(1, 0)
+        yield leader_store, follower_store, leader, await leader.start("127.0.0.1", 0)
     finally:
         await leader.stop()
         await leader_store.close()

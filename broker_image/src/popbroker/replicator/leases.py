@@ -104,6 +104,32 @@ class LeaseCoordinator:
         self._last_renewed_ms = None  # someone else moved: read again next round
         return self._standing(record.holder, record.term, now)
 
+    async def release(self) -> bool:
+        """Give the Lease up (holder cleared; term and in-sync set kept) if this replica
+        holds it, so another in-sync replica takes the next term at its next round instead
+        of after the lease time: a graceful stop hands leadership over. The caller has
+        stopped taking writes first. False when it did not hold it, or another write won."""
+        body = await self._read()
+        if body is None or body.spec.holder_identity != self.me:
+            return False
+        spec = {"holderIdentity": None, "leaseDurationSeconds": max(1, self._lease_ms // 1000)}
+        metadata = {
+            "name": self._name,
+            "resourceVersion": body.metadata.resource_version,
+            "annotations": dict(body.metadata.annotations or {}),
+            "labels": dict(body.metadata.labels or {}),
+        }
+        self._last_renewed_ms = None
+        try:
+            await self._api.replace_namespaced_lease(
+                self._name, self._namespace, cast(Any, _lease(metadata, spec))
+            )
+        except ApiException as exc:
+            if exc.status == 409:
+                return False
+            raise
+        return True
+
     def may_serve(self) -> bool:
         return lease.may_serve(
             last_renewed_ms=self._last_renewed_ms,

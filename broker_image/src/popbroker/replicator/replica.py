@@ -74,6 +74,7 @@ class Replica:
         client_endpoint: str | None = None,
         cluster: str | None = None,
         pods: client.CoreV1Api | None = None,
+        synchronous: bool = True,
     ) -> None:
         self.store = store
         self.name = name
@@ -83,6 +84,7 @@ class Replica:
         self._max_lag_ms = max_lag_ms
         self._min_in_sync = min_in_sync
         self._ack_timeout_s = ack_timeout_s
+        self._synchronous = synchronous
         self._heartbeat_s = heartbeat_s
         self.broker_set = broker_set or lease_name
         annotations = {SET_ANNOTATION: self.broker_set}
@@ -137,9 +139,18 @@ class Replica:
         except ApiException as exc:  # the label waits for the next round; the data path not
             log.warning("%s: leader label not updated: %s", self.name, exc.reason)
 
-    async def stop(self) -> None:
+    async def stop(self, *, release: bool = True) -> None:
+        """Stop; a leader stops taking writes, then releases the Lease (a hand-over: with
+        ``release`` False the others wait for the lease time, as after a crash)."""
+        leading = self.leader is not None and release
         await self._step_down()
         await self._stop_following()
+        if leading:
+            try:
+                if await self.coordinator.release():
+                    log.info("%s released the Lease: the next term goes to another", self.name)
+            except ApiException as exc:  # the others take over after the lease time
+                log.warning("%s: the Lease was not released: %s", self.name, exc.reason)
 
     async def _lead(self, term: int) -> None:
         await self._stop_following()
@@ -154,8 +165,9 @@ class Replica:
         await leader.start(host, port)
         insync = InSyncSet(leader=self.name, max_lag_ms=self._max_lag_ms, clock_ms=self._clock_ms)
         appends = SyncAppends(
-            self.store, leader, min_in_sync=self._min_in_sync, timeout_s=self._ack_timeout_s
-        )
+            self.store, leader, min_in_sync=self._min_in_sync, timeout_s=self._ack_timeout_s,
+            synchronous=self._synchronous,
+        )  # fmt: skip
         self._duty = LeaderDuty(
             self.store, leader=leader, coordinator=self.coordinator, insync=insync,
             appends=appends,

@@ -353,23 +353,39 @@ class SyncAppends:
     ``min_in_sync`` (``rules.may_accept_writes``), answered once every follower whose
     acknowledgement counts has it (``rules.commit_offset``). ``in_sync`` names the followers
     in the recorded set (the leader is always in it); ``counted`` (default: the same) those
-    a write waits for, which is more while a shrink is not yet recorded on the Lease."""
+    a write waits for, which is more while a shrink is not yet recorded on the Lease.
+
+    ``synchronous`` False is the ASYNC mode: a log write is answered after the leader's own
+    write, neither checked against ``min_in_sync`` nor waited for; a failover may lose what
+    the new leader had not received yet (at most ``max_lag_ms`` of writes, the in-sync
+    set's bound). Config writes wait for the set in both modes: they are rare."""
 
     def __init__(
-        self, store: LocalStore, leader: Leader, *, min_in_sync: int, timeout_s: float
+        self,
+        store: LocalStore,
+        leader: Leader,
+        *,
+        min_in_sync: int,
+        timeout_s: float,
+        synchronous: bool = True,
     ) -> None:
         self._store = store
         self._leader = leader
         self._min_in_sync = min_in_sync
         self._timeout_s = timeout_s
+        self._synchronous = synchronous
         self.in_sync: list[str] = []
         self.counted: Callable[[], list[str]] = lambda: list(self.in_sync)
 
     async def append(self, messages: Sequence[MessageToAppend]) -> list[AppendResult]:
+        if not self._synchronous:
+            return await self._store.append(messages)
         self.check_members()
         return await self._replicated(await self._store.append(messages))
 
     async def append_records(self, records: Sequence[bytes]) -> list[AppendResult]:
+        if not self._synchronous:
+            return await self._store.append_records(records)
         self.check_members()
         return await self._replicated(await self._store.append_records(records))
 
