@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -281,15 +281,20 @@ class BrokerProcess:
 
     def stop(self) -> None:
         """SIGTERM every process (endpoint first), SIGKILL what outlives the deadline."""
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=STOP_TIMEOUT_S)
+        stop_processes(reversed(self.procs))
         self.procs.clear()
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM each process in turn, SIGKILL it when it outlives the deadline."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=STOP_TIMEOUT_S)
 
 
 async def _store_ready(socket_path: Path, proc: subprocess.Popen[bytes]) -> None:
