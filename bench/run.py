@@ -15,6 +15,7 @@ BENCHMARKS = [
     "bench.pop_peers",
     "bench.grpc_floor",
     "bench.pop_peers_loadgen",
+    "bench.replication",
     "bench.operator_convergence",
     "bench.operator_scale",
     "bench.pull_vs_pop",

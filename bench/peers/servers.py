@@ -258,9 +258,11 @@ def start_popfleet_roles(
     topics: Sequence[PopfleetTopic],
     groups: Sequence[str],
     front_port: int | None = None,
+    store_args: Sequence[str] = (),
 ) -> procs.ServerSet:
     """popfleet as a broker pod runs it: store, popack and revive processes (module doc);
-    with ``front_port``, behind popfront (:func:`start_front`) on it."""
+    with ``front_port``, behind popfront (:func:`start_front`) on it. ``store_args`` go to
+    the store role (a replica's flags)."""
     data_dir = work_dir / "data"
     asyncio.run(_seed_popfleet(data_dir, topics, groups))
     socket_path = work_dir / "store.sock"
@@ -270,7 +272,7 @@ def start_popfleet_roles(
     roles: list[tuple[str, list[str], Callable[[int], bool], int]] = [
         (
             "store",
-            ["store", "--data-dir", str(data_dir), "--socket", str(socket_path)],
+            ["store", "--data-dir", str(data_dir), "--socket", str(socket_path), *store_args],
             lambda _port: socket_path.exists(),
             0,
         ),
