@@ -4,7 +4,8 @@ over loopback TCP, writes through the store wire (SYNC, minInSyncReplicas 2). Th
 is killed with SIGKILL; another replica leads within the lease time and holds every
 acknowledged write and the config; followers refuse writes (``NotLeader``); every
 replica's members name the set's leader's client endpoint, and only the leader keeps its
-leader file (popfront's leader port follows it), before and after."""
+leader file (popfront's leader port follows it), before and after; the replicas' /metrics
+tell the story (leader, term, in-sync set, term changes, fenced writes)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
@@ -60,6 +62,8 @@ def replicas(
             "--cluster", "c1", "--broker-name", "broker-0",
             "--client-endpoint", ENDPOINTS[name],
             "--leader-file", str(tmp_path / f"{name}.leading"),
+            "--metrics-listen", "127.0.0.1:0",
+            "--metrics-port-file", str(tmp_path / f"{name}.metrics-port"),
         ]  # fmt: skip
         log = (tmp_path / f"{name}.log").open("ab")
         started[name] = (subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT), sock)
@@ -128,6 +132,18 @@ async def _leader_files(tmp_path: Path, live: set[str], leader: str) -> None:
         await asyncio.sleep(0.1)  # bounded poll of a state the replicas' rounds move
 
 
+def _metrics(tmp_path: Path, name: str) -> dict[str, float]:
+    """The replication samples on replica ``name``'s /metrics."""
+    port = int((tmp_path / f"{name}.metrics-port").read_text())
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        lines = reply.read().decode().splitlines()
+    return {
+        sample: float(value)
+        for sample, _, value in (line.rpartition(" ") for line in lines)
+        if sample.startswith("popfleet_replication_")
+    }
+
+
 async def test_a_killed_leader_loses_no_acknowledged_write(
     replicas: dict[str, tuple[subprocess.Popen[bytes], Path]], tmp_path: Path
 ) -> None:
@@ -156,6 +172,14 @@ async def test_a_killed_leader_loses_no_acknowledged_write(
                     await store.put_topic(TopicConfig("refused", 1, 1))
         await _members_name(stores, ENDPOINTS[first])
         await _leader_files(tmp_path, set(stores), first)
+        leading = _metrics(tmp_path, first)
+        assert leading["popfleet_replication_leader"] == 1
+        assert leading["popfleet_replication_in_sync_replicas"] == 3
+        for name in set(stores) - {first}:
+            following = _metrics(tmp_path, name)
+            assert following["popfleet_replication_leader"] == 0
+            assert following["popfleet_replication_fenced_writes_total"] >= 2  # refused above
+            assert f'popfleet_replication_lag_bytes{{follower="{name}"}}' in leading
 
         proc, _ = replicas[first]
         os.kill(proc.pid, signal.SIGKILL)
@@ -171,6 +195,10 @@ async def test_a_killed_leader_loses_no_acknowledged_write(
         assert "refused" not in {t.name for t in await stores[second].topics()}
         await _members_name(stores, ENDPOINTS[second])
         await _leader_files(tmp_path, set(stores), second)
+        after = _metrics(tmp_path, second)
+        assert after["popfleet_replication_leader"] == 1
+        assert after["popfleet_replication_term"] == leading["popfleet_replication_term"] + 1
+        assert after["popfleet_replication_term_changes_total"] >= 1
     finally:
         for store in stores.values():
             await store.close()

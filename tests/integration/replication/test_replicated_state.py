@@ -146,7 +146,7 @@ async def test_a_restarted_follower_keeps_the_config_and_offsets(
 
 
 def _served(store: LocalStore, appends: SyncAppends | None) -> ReplicatedStore:
-    replica = SimpleNamespace(store=store, name="f1", appends=appends)
+    replica = SimpleNamespace(store=store, name="f1", appends=appends, fenced_writes=0)
     return ReplicatedStore(cast(Replica, replica))
 
 
@@ -168,6 +168,7 @@ async def test_a_follower_refuses_every_write_and_serves_reads(pair: Pair) -> No
     for write in writes:
         with pytest.raises(NotLeader, match="does not lead"):
             await write
+    assert cast(SimpleNamespace, served._replica).fenced_writes == len(writes)  # metrics
     assert (_config(pair.follower_store), dict(pair.follower_store.offsets.offsets)) == before
     assert [t.name for t in await served.topics()] == [
         t.name for t in await pair.leader_store.topics()

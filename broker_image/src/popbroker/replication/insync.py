@@ -62,6 +62,12 @@ class InSyncSet:
         """Whose acknowledgements a write waits for while ``proposal`` is not yet recorded."""
         return rules.counted_members(self.recorded, proposal)
 
+    def lag_ms(self) -> dict[str, int]:
+        """Per follower heard from: milliseconds since it last held the leader's end."""
+        now = self._clock_ms()
+        caught_up = self._caught_up_ms.items()
+        return {name: max(0, now - at) for name, at in caught_up if name != self._leader}
+
     def recorded_on_lease(self, members: Collection[str]) -> None:
         """The Lease now records ``members`` (a renewal that wrote them succeeded)."""
         self.recorded = frozenset(members) | {self._leader}

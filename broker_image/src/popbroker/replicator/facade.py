@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
+from popbroker.replication.figures import ReplicationFigures
 from popbroker.replicator.replica import Replica
 from popbroker.replicator.wire import SyncAppends
 from popbroker.store.api import (
@@ -46,9 +47,14 @@ class ReplicatedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._replica.store, name)
 
+    def replication_figures(self) -> ReplicationFigures:
+        """The replica's figures (the store role's /metrics)."""
+        return self._replica.figures()
+
     def _leading(self) -> SyncAppends:
         appends = self._replica.appends
         if appends is None:
+            self._replica.fenced_writes += 1
             raise NotLeader(f"{self._replica.name} does not lead its broker set now")
         return appends
 

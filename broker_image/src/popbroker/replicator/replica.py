@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
+from popbroker.replication.figures import ReplicationFigures
 from popbroker.replication.insync import InSyncSet
 from popbroker.replicator.duty import LeaderDuty
 from popbroker.replicator.leases import (
@@ -110,9 +111,17 @@ class Replica:
         self.appends: SyncAppends | None = None
         self._duty: LeaderDuty | None = None
         self._following: tuple[str, asyncio.Task[None]] | None = None
+        self._insync: InSyncSet | None = None
+        self._last_term = 0
+        self.term_changes = 0  # terms seen begin since this replica started (metrics)
+        self.fenced_writes = 0  # writes refused because it did not lead (metrics)
 
     async def round(self) -> Standing:
         standing = await (self._duty.round() if self._duty else self.coordinator.step())
+        if standing.term > self._last_term:
+            if self._last_term:
+                self.term_changes += 1
+            self._last_term = standing.term
         if standing.holder == self.name and standing.serving:
             if self.leader is None:
                 await self._lead(standing.term)
@@ -138,6 +147,25 @@ class Replica:
                 self._labelled = False
         except ApiException as exc:  # the label waits for the next round; the data path not
             log.warning("%s: leader label not updated: %s", self.name, exc.reason)
+
+    def figures(self) -> ReplicationFigures:
+        """What this replica reports (read by the store role's /metrics on each scrape)."""
+        leader, insync = self.leader, self._insync
+        if leader is None or insync is None:
+            return ReplicationFigures(
+                term=self.store.term(), leading=False, term_changes=self.term_changes,
+                fenced_writes=self.fenced_writes,
+            )  # fmt: skip
+        end = self.store.commitlog.end
+        return ReplicationFigures(
+            term=self.store.term(),
+            leading=True,
+            in_sync=tuple(sorted(insync.recorded)),
+            lag_bytes={name: max(0, end - acked) for name, acked in leader.acked.items()},
+            lag_ms=insync.lag_ms(),
+            term_changes=self.term_changes,
+            fenced_writes=self.fenced_writes,
+        )
 
     async def stop(self, *, release: bool = True) -> None:
         """Stop; a leader stops taking writes, then releases the Lease (a hand-over: with
@@ -172,14 +200,14 @@ class Replica:
             self.store, leader=leader, coordinator=self.coordinator, insync=insync,
             appends=appends,
         )  # fmt: skip
-        self.leader, self.appends = leader, appends
+        self.leader, self.appends, self._insync = leader, appends, insync
         log.info("%s leads term %d", self.name, term)
 
     async def _step_down(self) -> None:
         if self.leader is not None:
             await self.leader.stop()
             log.info("%s stops leading term %d", self.name, self.leader.term)
-        self.leader, self.appends, self._duty = None, None, None
+        self.leader, self.appends, self._duty, self._insync = None, None, None, None
 
     def _follow(self, holder: str) -> None:
         if self._following is not None:

@@ -50,6 +50,7 @@ from popbroker.admin import server as admin_server
 from popbroker.admin.servicer import AdminStore
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
+from popbroker.metrics.replication import observe_replication
 from popbroker.metrics.store import observe_config_writes, observe_flushes
 from popbroker.replicator.replication_role import ReplicationOptions, replicated
 from popbroker.roles import running
@@ -88,6 +89,9 @@ def _companions(admin: Companion, token: str | None, metrics: Companion) -> Comp
             registry = CollectorRegistry()
             observe_flushes(store.flusher, registry)
             observe_config_writes(store, registry)
+            figures = getattr(served, "replication_figures", None)  # a replica's store
+            if figures is not None:
+                observe_replication(figures, registry)
             admin_metrics = AdminMetrics(registry) if admin.listen else None
             metrics_server = await exposition.serve_metrics(metrics.listen, registry)
             running.write_port(metrics.port_file, metrics_server.port)
