@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import common
-from bench.peers import cpu, loadgen, procs, servers, summary
+from bench.peers import cpu, loadgen, procs, servers, summary, workload
 from popbroker.replicator.leases import IN_SYNC_ANNOTATION, TERM_ANNOTATION
 from popbroker.store.api import MessageToAppend
 from popbroker.store.errors import NotEnoughReplicas, NotLeader, StoreClosed, StoreError
@@ -331,8 +331,8 @@ async def failovers(replicas: Replicas, kills: int) -> dict[str, Any]:
     return {
         "kills": kills,
         "failover_s": [round(s, 3) for s in samples],
-        "failover_p50_s": round(percentile(samples, 0.5), 3),
-        "failover_p99_s": round(percentile(samples, 0.99), 3),
+        "failover_p50_s": round(workload.percentile(samples, 50), 3),
+        "failover_p99_s": round(workload.percentile(samples, 99), 3),
         "failover_max_s": round(max(samples), 3),
         "acknowledged_writes": len(acknowledged),
         "acknowledged_lost": len(lost),
@@ -358,11 +358,6 @@ async def _keys(store: RemoteStore, upto: int) -> set[str]:
             found |= {m.properties["UNIQ_KEY"] for m in read.messages}
             offset = read.messages[-1].queue_offset + 1
     return found
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 def main(argv: list[str] | None = None) -> int:

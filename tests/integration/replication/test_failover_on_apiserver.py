@@ -9,7 +9,6 @@ the Lease's holder, and no other, carries the leader label."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from pathlib import Path
 from typing import Any, cast
 
@@ -18,6 +17,7 @@ from kubernetes_asyncio import client
 from popbroker.replicator.podlabels import LEADER_LABEL, SET_LABEL
 from popbroker.replicator.replica import Replica
 from popbroker.store.api import MessageToAppend
+from popfleet_testbed import controlplane
 from tests.integration.replication.reads import keys
 from tests.integration.replication.test_follower_logs import _open, _segments
 
@@ -32,12 +32,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.ms
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 async def _pods(pods: client.CoreV1Api, namespace: str) -> None:
@@ -94,7 +88,7 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
     api: client.CoordinationV1Api, pods: client.CoreV1Api, testbed_namespace: str, tmp_path: Path
 ) -> None:
     clock = Clock()
-    peers = {name: ("127.0.0.1", _free_port()) for name in "abc"}
+    peers = {name: ("127.0.0.1", controlplane.free_port()) for name in "abc"}
     await _pods(pods, testbed_namespace)
 
     async def replica(name: str) -> Replica:
@@ -171,7 +165,7 @@ async def test_a_stopping_leader_hands_over_without_the_lease_time(
     writes: a follower leads the next term at its next round, no lease time waited, holding
     every acknowledged write."""
     clock = Clock()
-    peers = {name: ("127.0.0.1", _free_port()) for name in "ab"}
+    peers = {name: ("127.0.0.1", controlplane.free_port()) for name in "ab"}
     replicas = {
         name: await _replica(
             name, tmp_path, api=api, namespace=testbed_namespace, peers=peers, clock=clock

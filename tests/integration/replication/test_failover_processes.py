@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,7 +24,7 @@ import pytest
 from popbroker.store.api import ClusterMember, MessageToAppend, TopicConfig
 from popbroker.store.errors import NotEnoughReplicas, NotLeader, StoreClosed
 from popbroker.store.wire.client import RemoteStore
-from popfleet_testbed import cluster
+from popfleet_testbed import cluster, controlplane
 from tests.integration.replication.reads import keys
 
 LEASE_MS, DEADLINE_MS, RETRY_MS, LAG_MS = 3_000, 2_000, 500, 1_500
@@ -34,19 +33,13 @@ WAIT_S = 60.0
 ENDPOINTS = {name: f"127.0.0.{2 + i}:8081" for i, name in enumerate("abc")}
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture
 def replicas(
     testbed: cluster.Cluster, testbed_namespace: str, tmp_path: Path
 ) -> Iterator[dict[str, tuple[subprocess.Popen[bytes], Path]]]:
     token = tmp_path / "token"
     token.write_text("set-secret\n")
-    peers = ",".join(f"{n}=127.0.0.1:{_free_port()}" for n in "abc")
+    peers = ",".join(f"{n}=127.0.0.1:{controlplane.free_port()}" for n in "abc")
     started: dict[str, tuple[subprocess.Popen[bytes], Path]] = {}
     for name in "abc":
         sock = tmp_path / f"{name}.sock"

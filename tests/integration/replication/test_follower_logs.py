@@ -14,8 +14,9 @@ import pytest
 from popbroker.replication import stream
 from popbroker.replication.rules import ReplicationRuleError
 from popbroker.replicator.logs import FollowerLog, LeaderLog, history_of
-from popbroker.store.api import FlushMode, MessageToAppend, TopicConfig
+from popbroker.store.api import FlushMode, TopicConfig
 from popbroker.store.local import LocalStore
+from tests.logtraffic import random_appends
 from tests.storesettings import small_settings
 
 SEGMENT = 8 * 1024
@@ -37,18 +38,7 @@ async def _open(path: Path) -> LocalStore:
 async def _term(store: LocalStore, epoch: int, rng: random.Random, batches: int) -> None:
     """A leader's term: its epoch recorded at the log's end, then its appends."""
     store.record_epoch(epoch, store.commitlog.end)
-    for batch in range(batches):
-        await store.append(
-            [
-                MessageToAppend(
-                    topic=rng.choice(TOPICS).name,
-                    queue_id=rng.randrange(2),
-                    body=rng.randbytes(rng.randint(100, 1500)),
-                    properties={"UNIQ_KEY": f"{epoch}-{batch}-{i}"},
-                )
-                for i in range(rng.randint(1, 5))
-            ]
-        )
+    await random_appends(store, rng, batches, label=str(epoch), topics=TOPICS)
 
 
 async def _replicate(follower: FollowerLog, leader: LeaderLog, rng: random.Random) -> int:

@@ -23,6 +23,7 @@ from popbroker.store.api import MessageToAppend
 from popbroker.store.errors import NotEnoughReplicas
 from popbroker.store.local import LocalStore
 from tests.integration.replication.test_follower_logs import TOPICS, _open, _segments, _term
+from tests.logtraffic import random_appends
 
 TOKEN = b"set-secret"
 WAIT_S = 30.0  # an upper bound on a wait for an observed state, never a sleep
@@ -74,18 +75,7 @@ async def test_a_follower_catches_up_from_zero_and_follows_live_appends(tmp_path
 
 async def _appends(store: LocalStore, rng: random.Random, batches: int) -> None:
     """More appends in the leader's current term."""
-    for batch in range(batches):
-        await store.append(
-            [
-                MessageToAppend(
-                    topic=rng.choice(TOPICS).name,
-                    queue_id=rng.randrange(2),
-                    body=rng.randbytes(rng.randint(100, 1500)),
-                    properties={"UNIQ_KEY": f"live-{batch}-{i}"},
-                )
-                for i in range(rng.randint(1, 5))
-            ]
-        )
+    await random_appends(store, rng, batches, label="live", topics=TOPICS)
 
 
 async def _acked(leader: Leader, name: str, end: int) -> None:

@@ -18,6 +18,7 @@ from popbroker.store.api import FlushMode, MessageToAppend, TopicConfig
 from popbroker.store.errors import InvalidArgument
 from popbroker.store.local import LocalStore
 from popbroker.store.settings import StoreSettings
+from tests.logtraffic import random_appends
 from tests.storesettings import small_settings
 
 SEGMENT = 8 * 1024  # small: records of 100-1,500 bytes leave fillers and short tails
@@ -188,18 +189,7 @@ async def _open_at(path: Path, clock_ms: int = 1_700_000_000_000) -> LocalStore:
 
 
 async def _traffic(store: LocalStore, rng: random.Random, batches: int, label: str) -> None:
-    for batch in range(batches):
-        await store.append(
-            [
-                MessageToAppend(
-                    topic=rng.choice(TOPICS).name,
-                    queue_id=rng.randrange(2),
-                    body=rng.randbytes(rng.randint(100, 1500)),
-                    properties={"UNIQ_KEY": f"{label}-{batch}-{i}"},
-                )
-                for i in range(rng.randint(1, 6))
-            ]
-        )
+    await random_appends(store, rng, batches, label=label, topics=TOPICS, most=6)
 
 
 async def test_a_follower_cut_at_the_divergence_point_follows_the_new_leader(
