@@ -26,8 +26,9 @@ entry. The kinds' kopf handlers (module level in ``topics`` and ``groups``) hand
    (``$POPFLEET_ROUND_LIMIT``), so a burst of objects queues here rather than on the API
    client and the brokers; edits wait in a lane before new objects, and those before
    resyncs (``planning.lanes``);
-5a. ``held`` (resync ticks only): the object is confirmed for this generation and the only
-   trouble is a broker silent for less than ``POPFLEET_UNREACHABLE_AFTER_S``: keep the
+5a. ``held``: the object is confirmed for its current generation (a resync tick, or a change
+   round for an edit of its labels or annotations only, which moves no generation) and the
+   only trouble is a broker silent for less than ``POPFLEET_UNREACHABLE_AFTER_S``: keep the
    status, write nothing, read again next tick (``planning.silence``: slow is not gone);
 6. ``report``: per-broker status (``declared.entry``), conditions, Events (``Reapplied``
    for a broker this round found with a new config epoch), metrics; unreachable brokers ->
@@ -222,20 +223,18 @@ def held(
     body: kopf.Body,
     cluster: str,
     outcomes: Sequence[BrokerOutcome],
-    tick: bool,
+    now_s: float,
 ) -> bool:
-    """Step 5a: a resync of a confirmed object keeps its status while a broker is briefly
-    silent (``planning.silence``); the next tick reads it again."""
+    """Step 5a: a round of an object confirmed for its current generation keeps its status
+    while a broker is briefly silent (``planning.silence``); the next tick reads it again.
+
+    Not only resync ticks: an edit of metadata alone (an annotation, a label) runs a change
+    round for a generation already confirmed, and has nothing new to report either."""
     ref = specs.ObjectRef.from_body(declared.kind, body)
-    now_s = time.monotonic()
     rt.silence.observe(ref.namespace, cluster, outcomes, now_s=now_s)
-    return (
-        tick
-        and resync.confirmed(
-            body.get("status") or {}, domain=declared.domain, generation=ref.generation
-        )
-        and rt.silence.hold(ref.namespace, cluster, outcomes, now_s=now_s)
-    )
+    return resync.confirmed(
+        body.get("status") or {}, domain=declared.domain, generation=ref.generation
+    ) and rt.silence.hold(ref.namespace, cluster, outcomes, now_s=now_s)
 
 
 async def reconcile(
@@ -283,7 +282,8 @@ async def reconcile(
     priority = lanes.lane(tick=tick, generation=generation, status=body.get("status") or {})
     async with rt.rounds.hold(priority):
         outcomes = await declared.sync(where.admins, spec)
-    if held(declared, rt=rt, body=body, cluster=spec.cluster, outcomes=outcomes, tick=tick):
+    now_s = time.monotonic()
+    if held(declared, rt=rt, body=body, cluster=spec.cluster, outcomes=outcomes, now_s=now_s):
         return []
     memo[VERIFIED_SLOT] = resync.slot(
         str(body["metadata"].get("uid", "")), now_s=time.time(), verify_s=runtime.VERIFY_INTERVAL_S

@@ -8,9 +8,10 @@ burst of admin calls) is slow, not gone, and flipping hundreds of converged obje
 
 1. every round's outcomes update, per (namespace, cluster, broker), since when the broker
    has not answered (any answer clears it);
-2. a resync tick of an object that is confirmed for its current generation *holds* (keeps
-   its status as it is, writes nothing) while every silent broker has been silent for less
-   than ``grace_s``; after that the tick reports it like any round;
+2. a round of an object that is confirmed for its current generation (a resync tick, or an
+   edit of its labels or annotations alone) *holds* (keeps its status as it is, writes
+   nothing) while every silent broker has been silent for less than ``grace_s``; after
+   that the round reports it like any other;
 3. change rounds (a new generation) never hold: what they must confirm is not confirmed,
    and the status says so at once.
 
