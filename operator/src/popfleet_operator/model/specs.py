@@ -68,6 +68,21 @@ class SecretKeyRef:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicationSpec:
+    """``spec.replication`` (docs/design/2026-11-28-replication.md): pods per broker set,
+    SYNC or ASYNC, and the in-sync replicas a SYNC write needs. ``replicas`` 1 is today's
+    one pod per broker."""
+
+    replicas: int = 1
+    mode: str = "SYNC"
+    min_in_sync_replicas: int = 1
+
+    @property
+    def enabled(self) -> bool:
+        return self.replicas > 1
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSpec:
     brokers: int
     image: str
@@ -83,6 +98,7 @@ class ClusterSpec:
     admin_token: SecretKeyRef | None = None
     credentials_secret: str | None = None
     tls_secret: str | None = None
+    replication: ReplicationSpec = field(default_factory=ReplicationSpec)
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,7 +211,22 @@ def parse_cluster(spec: Raw) -> ClusterSpec:
         else None,
         credentials_secret=(auth.get("credentialsSecret") or {}).get("name"),
         tls_secret=(spec.get("tls") or {}).get("secretName"),
+        replication=_replication(spec.get("replication") or {}),
     )
+
+
+def _replication(raw: Raw) -> ReplicationSpec:
+    replication = ReplicationSpec(
+        replicas=int(raw.get("replicas", 1)),
+        mode=str(raw.get("mode", "SYNC")),
+        min_in_sync_replicas=int(raw.get("minInSyncReplicas", 1)),
+    )
+    if not 1 <= replication.min_in_sync_replicas <= replication.replicas:
+        raise InvalidSpec(
+            f"spec.replication: minInSyncReplicas {replication.min_in_sync_replicas} must be "
+            f"between 1 and replicas {replication.replicas}"
+        )
+    return replication
 
 
 def parse_topic(name: str, spec: Raw) -> TopicSpec:
