@@ -130,7 +130,7 @@ def test_proxy_pod_is_accepted_and_admitted_by_the_brokers_network_policy(
     builds for brokers admits it to the admin port (else the scenario's admin reads fail)."""
     from popfleet_operator.builders import networkpolicies  # noqa: PLC0415
     from popfleet_operator.model import names  # noqa: PLC0415
-    from popfleet_operator.model.specs import ObjectRef  # noqa: PLC0415
+    from popfleet_operator.model.specs import ObjectRef, parse_cluster  # noqa: PLC0415
 
     tunnel = load_module("proxy_tunnel")
     docs = tunnel.manifests(
@@ -142,7 +142,7 @@ def test_proxy_pod_is_accepted_and_admitted_by_the_brokers_network_policy(
 
     (pod,) = [d for d in docs if d["kind"] == "Pod"]
     owner = ObjectRef("BrokerCluster", "apps", "demo", "u", 1, "2026-11-21T00:00:00Z")
-    policy = networkpolicies.build(owner)
+    policy = networkpolicies.build(owner, parse_cluster({}))
     (admin_rule,) = [
         rule
         for rule in policy["spec"]["ingress"]

@@ -19,6 +19,8 @@ UnknownTopic             NOT_FOUND             UNKNOWN_TOPIC
 UnknownGroup             NOT_FOUND             UNKNOWN_GROUP
 StoreFull                RESOURCE_EXHAUSTED    STORE_FULL
 StoreClosed              UNAVAILABLE           STORE_CLOSED
+NotLeader                UNAVAILABLE           NOT_LEADER
+NotEnoughReplicas        UNAVAILABLE           NOT_ENOUGH_REPLICAS
 CorruptStore             DATA_LOSS             CORRUPT_STORE
 any other StoreError     INTERNAL (retriable:  STORE_ERROR
                          UNAVAILABLE)
@@ -82,6 +84,8 @@ _BY_STORE_ERROR: dict[type[store_errors.StoreError], tuple[grpc.StatusCode, str]
     store_errors.UnknownGroup: (grpc.StatusCode.NOT_FOUND, "UNKNOWN_GROUP"),
     store_errors.StoreFull: (grpc.StatusCode.RESOURCE_EXHAUSTED, "STORE_FULL"),
     store_errors.StoreClosed: (grpc.StatusCode.UNAVAILABLE, "STORE_CLOSED"),
+    store_errors.NotLeader: (grpc.StatusCode.UNAVAILABLE, "NOT_LEADER"),
+    store_errors.NotEnoughReplicas: (grpc.StatusCode.UNAVAILABLE, "NOT_ENOUGH_REPLICAS"),
     store_errors.CorruptStore: (grpc.StatusCode.DATA_LOSS, "CORRUPT_STORE"),
 }
 

@@ -76,10 +76,12 @@ class Replica:
         cluster: str | None = None,
         pods: client.CoreV1Api | None = None,
         synchronous: bool = True,
+        listen: tuple[str, int] | None = None,
     ) -> None:
         self.store = store
         self.name = name
         self._peers = dict(peers)
+        self._listen = listen or self._peers[name]  # where this replica serves when leading
         self._token = token
         self._clock_ms = clock_ms
         self._max_lag_ms = max_lag_ms
@@ -189,8 +191,7 @@ class Replica:
         for row in self.store.clamp_offsets():
             log.warning("%s leads with %s moved back to its queue's end", self.name, row)
         leader = Leader(self.store, term=term, token=self._token, heartbeat_s=self._heartbeat_s)
-        host, port = self._peers[self.name]
-        await leader.start(host, port)
+        await leader.start(*self._listen)
         insync = InSyncSet(leader=self.name, max_lag_ms=self._max_lag_ms, clock_ms=self._clock_ms)
         appends = SyncAppends(
             self.store, leader, min_in_sync=self._min_in_sync, timeout_s=self._ack_timeout_s,

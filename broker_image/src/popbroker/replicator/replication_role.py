@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 class ReplicationOptions:
     name: str
     peers: dict[str, tuple[str, int]]
+    listen: tuple[str, int]
     lease_namespace: str
     lease_name: str
     token: bytes
@@ -57,10 +58,20 @@ class ReplicationOptions:
         group.add_argument(
             "--replica-peers", default="", help="NAME=HOST:PORT,... replication addresses"
         )
+        group.add_argument(
+            "--replication-listen",
+            help="HOST:PORT the leader serves followers on (default: its own --replica-peers "
+            "address; in a pod the pod IP, while peers name each other by DNS)",
+        )
         group.add_argument("--lease-namespace", default="default")
         group.add_argument("--lease-name", help="the broker set's Lease")
         group.add_argument("--replication-token-file", type=Path)
-        group.add_argument("--kubeconfig", type=Path, help="none: the pod's service account")
+        group.add_argument(
+            "--kubeconfig",
+            type=Path,
+            default=os.environ.get("KUBECONFIG") or None,
+            help="default $KUBECONFIG; neither: the pod's service account",
+        )
         group.add_argument(
             "--replication-mode",
             choices=["SYNC", "ASYNC"],
@@ -105,9 +116,17 @@ class ReplicationOptions:
             peers[name] = (host, int(port))
         if args.replica_name not in peers:
             raise ValueError(f"--replica-peers names no address for {args.replica_name!r}")
+        listen = peers[args.replica_name]
+        if args.replication_listen:
+            host, _, port = args.replication_listen.rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(
+                    f"--replication-listen: {args.replication_listen!r} is not HOST:PORT"
+                )
+            listen = (host, int(port))
         return cls(
-            name=args.replica_name, peers=peers, lease_namespace=args.lease_namespace,
-            lease_name=args.lease_name,
+            name=args.replica_name, peers=peers, listen=listen,
+            lease_namespace=args.lease_namespace, lease_name=args.lease_name,
             token=args.replication_token_file.read_bytes().strip(),
             kubeconfig=args.kubeconfig, min_in_sync=args.min_in_sync_replicas,
             lease_ms=args.lease_ms, renew_deadline_ms=args.renew_deadline_ms,
@@ -155,7 +174,7 @@ async def replicated(
             broker_set=store.settings.broker_name, cluster=store.settings.cluster,
             client_endpoint=options.client_endpoint,
             pods=client.CoreV1Api(api_client) if options.label_leader_pod else None,
-            synchronous=options.synchronous,
+            synchronous=options.synchronous, listen=options.listen,
         )  # fmt: skip
         mark_leading(options.leader_file, None)  # a file left by a crash says nothing now
         rounds = asyncio.create_task(_rounds(replica, options))

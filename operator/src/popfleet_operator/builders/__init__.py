@@ -12,6 +12,7 @@ from popfleet_operator.builders import (
     configmaps,
     networkpolicies,
     poddisruptionbudgets,
+    replication,
     serviceaccounts,
     services,
     statefulsets,
@@ -20,22 +21,39 @@ from popfleet_operator.model.specs import ClusterSpec, ObjectRef
 
 
 def children(
-    owner: ObjectRef, spec: ClusterSpec, *, replicas: int, partition: int
+    owner: ObjectRef,
+    spec: ClusterSpec,
+    *,
+    replicas: int,
+    partition: int,
+    replica_cluster_role: str = "",
 ) -> list[dict[str, Any]]:
+    """``replicas``: pods per StatefulSet (brokers, planning decides); with
+    ``spec.replication`` one StatefulSet per replica index, each with ``replicas`` pods, and
+    ``replication.children`` (``replica_cluster_role``: the chart's ClusterRole to bind)."""
     config = configmaps.build(owner, spec)
+    config_hash = configmaps.content_hash(config)
+    extra: list[dict[str, Any]] = []
+    if spec.replication.enabled:
+        extra = replication.children(owner, brokers=replicas, cluster_role=replica_cluster_role)
     return [
         serviceaccounts.build(owner),
         config,
         services.build_headless(owner),
         services.build_client(owner),
         poddisruptionbudgets.build(owner),
-        networkpolicies.build(owner),
-        statefulsets.build(
-            owner,
-            spec,
-            replicas=replicas,
-            config_hash=configmaps.content_hash(config),
-            partition=partition,
+        networkpolicies.build(owner, spec),
+        *extra,
+        *(
+            statefulsets.build(
+                owner,
+                spec,
+                replicas=replicas,
+                config_hash=config_hash,
+                partition=partition,
+                replica=replica,
+            )
+            for replica in range(spec.replication.replicas)
         ),
     ]
 

@@ -42,12 +42,16 @@ from popfleet_operator.model.specs import ClusterSpec, ObjectRef, Resources
 GRACE_S = 30
 
 
-def _env() -> list[dict[str, Any]]:
-    return [
+def _env(spec: ClusterSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
     ]
+    if spec.replication.enabled:  # the pod's ordinal: its broker set (module docstring)
+        pod_index = f"metadata.labels['{names.LABEL_POD_INDEX}']"
+        env.append({"name": "POD_INDEX", "valueFrom": {"fieldRef": {"fieldPath": pod_index}}})
+    return env
 
 
 def _security_context() -> dict[str, Any]:
@@ -79,6 +83,10 @@ def _mounts(spec: ClusterSpec, role: str) -> list[dict[str, Any]]:
         mounts.append(
             {"name": "admin-token", "mountPath": names.ADMIN_TOKEN_MOUNT, "readOnly": True}
         )
+    if role == "store" and spec.replication.enabled:
+        mounts.append(
+            {"name": "replication", "mountPath": names.REPLICATION_TOKEN_MOUNT, "readOnly": True}
+        )
     if role == "popack" and spec.credentials_secret is not None:
         mounts.append(
             {"name": "credentials", "mountPath": names.CREDENTIALS_MOUNT, "readOnly": True}
@@ -100,7 +108,7 @@ def _container(spec: ClusterSpec, role: str, args: list[str]) -> dict[str, Any]:
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
         "args": [role, *args, *metrics_flags],
-        "env": _env(),
+        "env": _env(spec),
         "volumeMounts": _mounts(spec, role),
         "securityContext": _security_context(),
         "ports": [metrics_port],
@@ -111,23 +119,57 @@ def _container(spec: ClusterSpec, role: str, args: list[str]) -> dict[str, Any]:
     return container
 
 
+def replication_args(owner: ObjectRef, spec: ClusterSpec) -> list[str]:
+    """The store role's replication flags, the same for every pod of every replica
+    StatefulSet: what differs per set comes from ``$(POD_INDEX)`` (module docstring)."""
+    cluster, ns = owner.name, "$(POD_NAMESPACE)"
+    pods = [
+        f"{names.replica_statefulset(cluster, r)}-$(POD_INDEX)"
+        for r in range(spec.replication.replicas)
+    ]
+    domain = f"{names.headless_service(cluster)}.{ns}.svc"
+    peers = ",".join(f"{pod}={pod}.{domain}:{names.REPLICATION_PORT}" for pod in pods)
+    return [
+        "--replica-name=$(POD_NAME)",
+        f"--replica-peers={peers}",
+        f"--replication-listen=$(POD_IP):{names.REPLICATION_PORT}",
+        f"--lease-namespace={ns}",
+        f"--lease-name={cluster}-$(POD_INDEX)",
+        f"--replication-token-file={names.REPLICATION_TOKEN_MOUNT}/token",
+        f"--replication-mode={spec.replication.mode}",
+        f"--min-in-sync-replicas={spec.replication.min_in_sync_replicas}",
+        f"--client-endpoint={cluster}-$(POD_INDEX).{ns}.svc:{names.CLIENT_PORT}",
+        "--label-leader-pod",
+        f"--leader-file={names.LEADER_FILE}",
+    ]
+
+
 def store_container(owner: ObjectRef, spec: ClusterSpec) -> dict[str, Any]:
+    replicated = spec.replication.enabled
     args = [
         f"--data-dir={names.STORE_DATA_DIR}",
         f"--socket={names.STORE_SOCKET}",
         f"--admin-listen=$(POD_IP):{names.ADMIN_PORT}",
         f"--cluster={owner.name}",
-        "--broker-name=$(POD_NAME)",
+        # Every replica of set i stores broker NAME-i (replica 0's pod name, as unreplicated).
+        f"--broker-name={owner.name}-$(POD_INDEX)" if replicated else "--broker-name=$(POD_NAME)",
         f"--flush-mode={spec.flush_mode.value.lower()}",
         "--settings-json=" + json.dumps({"revive_queue_num": spec.revive_queue_num}),
     ]
     if spec.admin_token is not None:
         args.append(f"--admin-token-file={names.ADMIN_TOKEN_MOUNT}/token")
+    if replicated:
+        args += replication_args(owner, spec)
     container = _container(spec, "store", args)
     grpc_probe = {"port": names.ADMIN_PORT}
     container["ports"].insert(
         0, {"name": "admin", "containerPort": names.ADMIN_PORT, "protocol": "TCP"}
     )
+    if replicated:
+        container["ports"].insert(
+            1,
+            {"name": "replication", "containerPort": names.REPLICATION_PORT, "protocol": "TCP"},
+        )
     container["startupProbe"] = {"grpc": grpc_probe, "periodSeconds": 1, "failureThreshold": 300}
     container["readinessProbe"] = {"grpc": grpc_probe, "periodSeconds": 2, "failureThreshold": 2}
     container["livenessProbe"] = {"grpc": grpc_probe, "periodSeconds": 10, "failureThreshold": 6}
@@ -172,6 +214,13 @@ def front_container(spec: ClusterSpec) -> dict[str, Any]:
         f"-metrics-listen=$(POD_IP):{names.METRICS_PORTS['front']}",
     ]
     mounts: list[dict[str, Any]] = [{"name": "data", "mountPath": names.DATA_MOUNT}]
+    ports = [{"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"}]
+    if spec.replication.enabled:
+        args += [
+            f"-leader-listen=$(POD_IP):{names.LEADER_PORT}",
+            f"-leader-file={names.LEADER_FILE}",
+        ]
+        ports.append({"name": "leader", "containerPort": names.LEADER_PORT, "protocol": "TCP"})
     if spec.tls_secret is not None:
         args += [f"-tls-cert={names.TLS_MOUNT}/tls.crt", f"-tls-key={names.TLS_MOUNT}/tls.key"]
         mounts.append({"name": "tls", "mountPath": names.TLS_MOUNT, "readOnly": True})
@@ -184,11 +233,11 @@ def front_container(spec: ClusterSpec) -> dict[str, Any]:
         "imagePullPolicy": spec.image_pull_policy,
         "command": [names.FRONT_COMMAND],
         "args": args,
-        "env": _env(),
+        "env": _env(spec),
         "volumeMounts": mounts,
         "securityContext": _security_context(),
         "ports": [
-            {"name": "client", "containerPort": names.CLIENT_PORT, "protocol": "TCP"},
+            *ports,
             {
                 "name": "metrics-front",
                 "containerPort": names.METRICS_PORTS["front"],
@@ -229,6 +278,16 @@ def _volumes(owner: ObjectRef, spec: ClusterSpec) -> list[dict[str, Any]]:
                 "secret": {
                     "secretName": spec.admin_token.name,
                     "items": [{"key": spec.admin_token.key, "path": "token"}],
+                },
+            }
+        )
+    if spec.replication.enabled:
+        volumes.append(
+            {
+                "name": "replication",
+                "secret": {
+                    "secretName": names.replication_secret(owner.name),
+                    "items": [{"key": "token", "path": "token"}],
                 },
             }
         )
@@ -277,16 +336,43 @@ def _claim(spec: ClusterSpec) -> dict[str, Any]:
     return {"metadata": {"name": "data"}, "spec": claim_spec}
 
 
-def template(owner: ObjectRef, spec: ClusterSpec, *, config_hash: str) -> dict[str, Any]:
-    """The pod template: any change of it is a new controller revision (a rolling update)."""
+def _spread(owner: ObjectRef) -> dict[str, Any]:
+    """Replicas of one set on different nodes when the scheduler can (preferred): pods of
+    this cluster with the same ordinal (``matchLabelKeys``, on by default since 1.31)."""
+    term = {
+        "labelSelector": {"matchLabels": names.selector_labels(owner.name)},
+        "matchLabelKeys": [names.LABEL_POD_INDEX],
+        "topologyKey": "kubernetes.io/hostname",
+    }
+    return {
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 100, "podAffinityTerm": term}
+            ]
+        }
+    }
+
+
+def template(
+    owner: ObjectRef, spec: ClusterSpec, *, config_hash: str, replica: int = 0
+) -> dict[str, Any]:
+    """The pod template: any change of it is a new controller revision (a rolling update).
+    ``replica``: which StatefulSet of a replicated cluster (0: ``NAME``)."""
+    labels = names.labels(owner.name)
+    labels.update(names.replica_selector_labels(owner.name, replica))
+    replicated = spec.replication.enabled
+    extra: dict[str, Any] = {"affinity": _spread(owner)} if replicated else {}
     return {
         "metadata": {
-            "labels": names.labels(owner.name),
+            "labels": labels,
             "annotations": _pod_annotations(config_hash),
         },
         "spec": {
+            **extra,
             "serviceAccountName": names.service_account(owner.name),
-            "automountServiceAccountToken": False,
+            # A replica's store takes its set's Lease and labels its pod (the API's token);
+            # an unreplicated broker never calls the API.
+            "automountServiceAccountToken": replicated,
             "terminationGracePeriodSeconds": GRACE_S,
             "securityContext": {
                 "runAsNonRoot": True,
@@ -313,7 +399,13 @@ def template_hash(pod_template: dict[str, Any]) -> str:
 
 
 def build(
-    owner: ObjectRef, spec: ClusterSpec, *, replicas: int, config_hash: str, partition: int
+    owner: ObjectRef,
+    spec: ClusterSpec,
+    *,
+    replicas: int,
+    config_hash: str,
+    partition: int,
+    replica: int = 0,
 ) -> dict[str, Any]:
     """The StatefulSet with ``replicas`` pods (planning decides it; see scaling).
 
@@ -322,8 +414,8 @@ def build(
     ``popfleet.io/template-hash`` records which pod template this is, so the next round
     knows whether its apply changes the template.
     """
-    pod_template = template(owner, spec, config_hash=config_hash)
-    metadata = meta.object_meta(owner, names.statefulset(owner.name))
+    pod_template = template(owner, spec, config_hash=config_hash, replica=replica)
+    metadata = meta.object_meta(owner, names.replica_statefulset(owner.name, replica))
     metadata["annotations"] = {names.TEMPLATE_HASH: template_hash(pod_template)}
     return {
         "apiVersion": "apps/v1",
@@ -337,7 +429,7 @@ def build(
                 "type": "RollingUpdate",
                 "rollingUpdate": {"partition": partition},
             },
-            "selector": {"matchLabels": names.selector_labels(owner.name)},
+            "selector": {"matchLabels": names.replica_selector_labels(owner.name, replica)},
             "persistentVolumeClaimRetentionPolicy": {
                 "whenDeleted": "Retain",
                 "whenScaled": "Retain",

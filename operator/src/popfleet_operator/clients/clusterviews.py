@@ -45,8 +45,9 @@ V = TypeVar("V")
 class ClusterView:
     """What a Topic or ConsumerGroup round needs of its cluster.
 
-    ``pods`` are the broker pods the cluster should have (ordinals below ``spec.brokers``),
-    by ordinal; ``token`` the admin token (None: no auth).
+    ``pods`` are the pods serving the brokers the cluster should have (ordinals below
+    ``spec.brokers``; a replicated set's leader), by ordinal; ``token`` the admin token
+    (None: no auth).
     """
 
     cluster: str
@@ -69,8 +70,8 @@ async def load(kube: kube_client.Kube, namespace: str, cluster: str) -> ClusterV
         return None
     spec = specs.parse_cluster(body.get("spec") or {})
     token = await kube_client.admin_token(kube, namespace, spec)
-    pods = await kube_client.broker_pods(kube, namespace, cluster)
-    kept = tuple(p for p in pods if p.ordinal < spec.brokers)
+    _, serving = await kube_client.broker_pod_views(kube, namespace, cluster)
+    kept = tuple(p for p in serving if p.ordinal < spec.brokers)
     return ClusterView(cluster=cluster, spec=spec, token=token, pods=kept)
 
 

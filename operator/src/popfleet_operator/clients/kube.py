@@ -29,7 +29,7 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from popfleet_operator.errors import KubeError, SecretNotFound
 from popfleet_operator.model import names
-from popfleet_operator.model.observations import BrokerPod, broker_pod
+from popfleet_operator.model.observations import BrokerPod, broker_pod, serving_pods
 from popfleet_operator.model.specs import ClusterSpec
 
 Obj = dict[str, Any]
@@ -191,9 +191,18 @@ async def admin_token(kube: Kube, namespace: str, spec: ClusterSpec) -> str | No
 
 
 async def broker_pods(kube: Kube, namespace: str, cluster: str) -> list[BrokerPod]:
-    """The cluster's broker pods (by label), ordered by ordinal."""
+    """The cluster's broker pods (by label; replica 0 of each set), ordered by ordinal."""
+    return (await broker_pod_views(kube, namespace, cluster))[0]
+
+
+async def broker_pod_views(
+    kube: Kube, namespace: str, cluster: str
+) -> tuple[list[BrokerPod], list[BrokerPod]]:
+    """One list of the cluster's pods, seen twice: the pods of StatefulSet ``NAME`` (what
+    scaling and rollouts read) and the pod serving each broker (``serving_pods``: what
+    admin calls go to; the same pods unless the cluster is replicated)."""
     raw = await kube.items(
         path("v1", "Pod", namespace=namespace), label_selector=names.pod_selector(cluster)
     )
     pods = [p for p in (broker_pod(cluster, r) for r in raw) if p is not None]
-    return sorted(pods, key=lambda p: p.ordinal)
+    return sorted(pods, key=lambda p: p.ordinal), serving_pods(cluster, raw)

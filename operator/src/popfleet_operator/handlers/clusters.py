@@ -29,6 +29,7 @@ from typing import Any
 import kopf
 
 from popfleet_operator import builders, errors
+from popfleet_operator.builders import replication
 from popfleet_operator.clients import fanout
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime, wakeups
@@ -90,8 +91,30 @@ async def apply_children(
     replicas: int,
     partition: int,
 ) -> None:
-    for child in builders.children(ref, spec, replicas=replicas, partition=partition):
+    if spec.replication.enabled:
+        await ensure_replication_token(rt, ref)
+    children = builders.children(
+        ref,
+        spec,
+        replicas=replicas,
+        partition=partition,
+        replica_cluster_role=runtime.BROKER_REPLICA_CLUSTER_ROLE,
+    )
+    for child in children:
         await rt.kube.apply(child)
+
+
+async def ensure_replication_token(rt: runtime.Runtime, ref: specs.ObjectRef) -> None:
+    """The set token Secret (``builders.replication``): created once, kept as it is."""
+    secret = replication.token_secret(ref)
+    url = kube_client.path("v1", "Secret", namespace=ref.namespace, name=secret["metadata"]["name"])
+    if await rt.kube.get_or_none(url) is not None:
+        return
+    try:
+        await rt.kube.request("POST", url.rsplit("/", 1)[0], body=secret)
+    except errors.KubeError as exc:
+        if exc.status != 409:  # 409: made meanwhile (another round); that one stands
+            raise
 
 
 def rollout_status(
@@ -257,9 +280,9 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         )
     )
     current = int(sts["spec"]["replicas"]) if sts else None
-    pods = await kube_client.broker_pods(rt.kube, ref.namespace, ref.name)
-    plan = await plan_replicas(rt, current=current, desired=spec.brokers, pods=pods, token=token)
-    members_pods = [p for p in pods if p.ordinal < plan.replicas]
+    pods, serving = await kube_client.broker_pod_views(rt.kube, ref.namespace, ref.name)
+    plan = await plan_replicas(rt, current=current, desired=spec.brokers, pods=serving, token=token)
+    members_pods = [p for p in serving if p.ordinal < plan.replicas]
     admins = rt.pool.for_pods(members_pods, token)
     infos = await fanout.observe(members_pods, admins)
     reachable = {i.pod.name: admins[i.pod.name] for i in infos if i.reachable}

@@ -30,6 +30,9 @@ from popfleet_operator.planning import backoff
 from popfleet_operator.planning.silence import BrokerSilence
 from popfleet_operator.status import conditions as c
 
+# The chart's ClusterRole a replicated cluster's broker ServiceAccount is bound to (Leases,
+# pod labels): builders.replication.
+BROKER_REPLICA_CLUSTER_ROLE = os.environ.get("POPFLEET_BROKER_REPLICA_CLUSTERROLE", "")
 RESYNC_S = float(os.environ.get("POPFLEET_RESYNC_INTERVAL_S", "60"))
 ADMIN_TIMEOUT_S = float(os.environ.get("POPFLEET_ADMIN_TIMEOUT_S", "5"))
 # How long an updated broker pod may take to be Ready and re-applied before a rolling update

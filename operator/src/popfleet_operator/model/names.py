@@ -33,6 +33,10 @@ CREDENTIALS_MOUNT = "/etc/popfleet-credentials"  # spec.auth.credentialsSecret, 
 CREDENTIALS_KEY = "credentials.yaml"  # the Secret key holding the accounts file
 TLS_MOUNT = "/etc/popfleet-tls"  # spec.tls.secretName (kubernetes.io/tls), front only
 # /metrics of each container: the three roles and popfront
+REPLICATION_PORT = 9878  # a replicated set's leader serves its followers here (spec.replication)
+LEADER_PORT = 8082  # popfront serves clients here only while its pod leads its set
+LEADER_FILE = "/data/leader"  # the store role keeps it fresh while it leads; popfront reads it
+REPLICATION_TOKEN_MOUNT = "/etc/popfleet-replication"  # noqa: S105 - a mount path
 METRICS_PORTS = {"store": 9100, "popack": 9101, "revive": 9102, "front": 9103}
 STORE_SOCKET = f"{DATA_MOUNT}/store.sock"
 STORE_DATA_DIR = f"{DATA_MOUNT}/store"  # the store role's files; popack reads them too
@@ -46,6 +50,12 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_CLUSTER = f"{GROUP}/cluster"
+# Replicated sets (spec.replication): replica r >= 1 of every set runs in StatefulSet
+# NAME-r<r>, its pods labelled with r; the leader of a set labels its own pod (the broker's
+# --label-leader-pod); the StatefulSet controller labels each pod with its ordinal (1.28+).
+LABEL_REPLICA_INDEX = f"{GROUP}/replica-index"
+LABEL_LEADER = f"{GROUP}/leader"
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
 BROKER_APP = "popfleet-broker"
 OPERATOR_APP = "popfleet-operator"
 AUDIT_ROLE_LABEL = f"{GROUP}/role"
@@ -66,6 +76,33 @@ LABEL_REVISION = "controller-revision-hash"
 
 def statefulset(cluster: str) -> str:
     return cluster
+
+
+def replica_statefulset(cluster: str, replica: int) -> str:
+    """Replica 0 of every set is the StatefulSet ``NAME`` (its pods ``NAME-i``, as without
+    replication); replica r >= 1 is ``NAME-r<r>``."""
+    return cluster if replica == 0 else f"{cluster}-r{replica}"
+
+
+def replica_of(cluster: str, pod_name: str) -> tuple[int, int] | None:
+    """(replica, ordinal) of a broker pod of ``cluster``, None for a foreign name."""
+    plain = ordinal(cluster, pod_name)
+    if plain is not None:
+        return 0, plain
+    rest = pod_name.removeprefix(f"{cluster}-r")
+    replica, _, number = rest.partition("-")
+    if rest == pod_name or not replica.isdigit() or not number.isdigit() or int(replica) < 1:
+        return None
+    return int(replica), int(number)
+
+
+def set_service(cluster: str, ordinal: int) -> str:
+    """The Service clients reach set ``ordinal``'s leader through (its broker name)."""
+    return pod(cluster, ordinal)
+
+
+def replication_secret(cluster: str) -> str:
+    return f"{cluster}-replication"
 
 
 def headless_service(cluster: str) -> str:
@@ -100,6 +137,16 @@ def ordinal(cluster: str, pod_name: str) -> int | None:
 def selector_labels(cluster: str) -> dict[str, str]:
     """The StatefulSet's selector: stable for the object's life (nothing version-ish)."""
     return {LABEL_NAME: BROKER_APP, LABEL_INSTANCE: cluster, LABEL_CLUSTER: cluster}
+
+
+def replica_selector_labels(cluster: str, replica: int) -> dict[str, str]:
+    """StatefulSet ``NAME-r<r>``'s selector. ``NAME``'s (replica 0) cannot change (a
+    StatefulSet's selector is immutable) and matches these pods too: each StatefulSet
+    manages only the pods it owns, so the overlap is harmless (design note, 2026-11-29)."""
+    labels = selector_labels(cluster)
+    if replica > 0:
+        labels[LABEL_REPLICA_INDEX] = str(replica)
+    return labels
 
 
 def labels(cluster: str, component: str = "broker") -> dict[str, str]:

@@ -8,7 +8,7 @@ status.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -139,12 +139,38 @@ def _timestamp_s(value: object) -> float | None:
 
 
 def broker_pod(cluster: str, pod: Mapping[str, Any]) -> BrokerPod | None:
-    """A raw Pod of ``cluster`` as a :class:`BrokerPod`; None when its name is no ordinal."""
-    meta = pod["metadata"]
-    name = str(meta["name"])
+    """A raw Pod of ``cluster`` as a :class:`BrokerPod`; None when its name is no ordinal
+    (a pod of a replica StatefulSet ``NAME-r<r>`` among them: see :func:`serving_pods`)."""
+    name = str(pod["metadata"]["name"])
     ordinal = names.ordinal(cluster, name)
-    if ordinal is None:
-        return None
+    return None if ordinal is None else _as_broker_pod(pod, name=name, ordinal=ordinal)
+
+
+def serving_pods(cluster: str, raw_pods: Iterable[Mapping[str, Any]]) -> list[BrokerPod]:
+    """The pod that serves each broker of ``cluster`` (its admin API takes the writes), named
+    by its broker (``NAME-i``), ordered by ordinal.
+
+    Without replication that is pod ``NAME-i`` itself. With it, set ``i`` is the pods
+    ``NAME-i``, ``NAME-r1-i``, ...: the one its leader labelled ``popfleet.io/leader=true``
+    (a follower refuses writes), else replica 0's while no pod says it leads (an election
+    under way; its writes then fail as retriable, ``NOT_LEADER``)."""
+    best: dict[int, tuple[tuple[int, int], BrokerPod]] = {}
+    for raw in raw_pods:
+        meta = raw["metadata"]
+        where = names.replica_of(cluster, str(meta["name"]))
+        if where is None:
+            continue
+        replica, ordinal = where
+        pod = _as_broker_pod(raw, name=names.pod(cluster, ordinal), ordinal=ordinal)
+        leads = (meta.get("labels") or {}).get(names.LABEL_LEADER) == "true"
+        rank = (0 if leads and not pod.terminating else 1, replica)
+        if ordinal not in best or rank < best[ordinal][0]:
+            best[ordinal] = (rank, pod)
+    return [best[i][1] for i in sorted(best)]
+
+
+def _as_broker_pod(pod: Mapping[str, Any], *, name: str, ordinal: int) -> BrokerPod:
+    meta = pod["metadata"]
     status = pod.get("status") or {}
     conditions = status.get("conditions") or []
     return BrokerPod(

@@ -22,7 +22,7 @@ def test_namespaced_rules_are_exactly_what_the_operator_uses() -> None:
     assert verbs(rules, "popfleet.io", "topics") == {"get", "list", "watch", "patch"}
     assert verbs(rules, "popfleet.io", "topics/status") == {"get", "patch"}
     assert verbs(rules, "", "pods") == {"get", "list", "watch"}
-    assert verbs(rules, "", "secrets") == {"get"}
+    assert verbs(rules, "", "secrets") == {"get", "create"}  # create: replication tokens
     assert verbs(rules, "apps", "statefulsets") == {"get", "create", "patch"}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
@@ -46,9 +46,12 @@ def test_audit_rules_cover_runs_identity_and_only_binding_the_driver_role() -> N
     assert {"get", "list"} <= verbs(rules, "popfleet.io", "consumergroups")
     assert "patch" in verbs(rules, "popfleet.io", "consumergroups/status")
     assert "create" in verbs(rules, "", "events")
-    (bind,) = [r for r in rules if "clusterroles" in r["resources"]]
-    assert bind["verbs"] == ["bind"]
-    assert bind["resourceNames"] == ["rel-popfleet-audit-spark-driver"]
+    binds = [r for r in rules if "clusterroles" in r["resources"]]
+    assert all(b["verbs"] == ["bind"] for b in binds)
+    assert sorted(name for b in binds for name in b["resourceNames"]) == [
+        "rel-popfleet-audit-spark-driver",
+        "rel-popfleet-broker-replica",
+    ]
     driver = one(docs, "ClusterRole", "rel-popfleet-audit-spark-driver")["rules"]
     assert "create" in verbs(driver, "", "pods") and "delete" in verbs(driver, "", "pods")
     assert verbs(rules, "", "pods") == {"get", "list", "watch"}  # the operator makes no pods
@@ -83,3 +86,19 @@ def test_watched_namespaces_get_role_bindings() -> None:
     peerings = by_kind(docs, "KopfPeering")
     assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
     assert not by_kind(docs, "ClusterKopfPeering")
+
+
+def test_replicas_may_elect_and_label_their_pods_which_the_operator_only_binds() -> None:
+    docs = render()
+    replica = one(docs, "ClusterRole", "rel-popfleet-broker-replica")["rules"]
+    assert verbs(replica, "coordination.k8s.io", "leases") >= {"get", "create", "update"}
+    assert verbs(replica, "", "pods") == {"get", "list", "patch"}
+    operator = one(docs, "ClusterRole", "rel-popfleet")["rules"]
+    assert not verbs(operator, "coordination.k8s.io", "leases")  # never held, only bound
+    assert "patch" not in verbs(operator, "", "pods")
+    (deployment,) = by_kind(docs, "Deployment")
+    env = {
+        e["name"]: e.get("value")
+        for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["POPFLEET_BROKER_REPLICA_CLUSTERROLE"] == "rel-popfleet-broker-replica"
