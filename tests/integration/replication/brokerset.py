@@ -56,6 +56,7 @@ class Pod:
     name: str
     work_dir: Path
     leader_port: int
+    replication_port: int
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     @property
@@ -118,6 +119,7 @@ def start_pod(
             "--segment-bytes", str(settings.segment_bytes),
             "--cluster", CLUSTER, "--broker-name", SET,
             "--replica-name", pod.name, "--replica-peers", peers,
+            "--replication-listen", f"127.0.0.1:{pod.replication_port}",
             "--lease-namespace", namespace, "--lease-name", SET,
             "--replication-token-file", str(token_file), "--kubeconfig", str(kubeconfig),
             "--min-in-sync-replicas", "2", *(x for kv in TIMINGS.items() for x in kv),
@@ -234,8 +236,19 @@ def broker_set(
     token = work_dir / "token"
     work_dir.mkdir(parents=True, exist_ok=True)
     token.write_text("set-secret\n")
+    # As in a cluster, where peers are DNS names only resolvable there: followers dial the
+    # address the leader publishes on the Lease (its --replication-listen), never these
+    # (free ports nothing listens on: a follower dialling them would never catch up).
     peers = ",".join(f"{n}=127.0.0.1:{controlplane.free_port()}" for n in names)
-    pods = {n: Pod(n, work_dir / n, leader_port=controlplane.free_port()) for n in names}
+    pods = {
+        n: Pod(
+            n,
+            work_dir / n,
+            leader_port=controlplane.free_port(),
+            replication_port=controlplane.free_port(),
+        )
+        for n in names
+    }
     with SetService([p.leader_port for p in pods.values()]) as service:
         try:
             for pod in pods.values():

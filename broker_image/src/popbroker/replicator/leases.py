@@ -16,7 +16,7 @@ read, decide, write, and report who holds which term and whether this replica ma
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -30,6 +30,9 @@ IN_SYNC_ANNOTATION = "popfleet.io/in-sync"  # comma-separated replica names
 # the broker set the Lease decides and the holder's client endpoint (routes name it)
 SET_ANNOTATION = "popfleet.io/broker-set"
 ENDPOINT_ANNOTATION = "popfleet.io/endpoint"
+# where the holder serves its followers (HOST:PORT; its pod IP in a cluster, so followers
+# need no DNS and always dial the current holder's current address)
+REPLICATION_ANNOTATION = "popfleet.io/replication-endpoint"
 CLUSTER_LABEL = "popfleet.io/cluster"
 
 
@@ -40,6 +43,8 @@ class Standing:
     holder: str | None
     term: int
     serving: bool
+    # the holder's REPLICATION_ANNOTATION as read (None: not written, or not the holder's)
+    replication_endpoint: str | None = field(default=None, compare=False)
 
 
 class LeaseCoordinator:
@@ -94,7 +99,7 @@ class LeaseCoordinator:
         if isinstance(decision, lease.Wait):
             if record.holder != self.me:
                 self._last_renewed_ms = None
-            return self._standing(record.holder, record.term, now)
+            return self._standing(record.holder, record.term, now, body=body)
         term = decision.term
         members = record.in_sync if in_sync is None else frozenset(in_sync) | {self.me}
         if await self._write(body, term, now_ms=now, in_sync=members):
@@ -102,7 +107,7 @@ class LeaseCoordinator:
             self._term = term
             return self._standing(self.me, term, now)
         self._last_renewed_ms = None  # someone else moved: read again next round
-        return self._standing(record.holder, record.term, now)
+        return self._standing(record.holder, record.term, now, body=body)
 
     async def release(self) -> bool:
         """Give the Lease up (holder cleared; term and in-sync set kept) if this replica
@@ -137,12 +142,17 @@ class LeaseCoordinator:
             renew_deadline_ms=self._renew_deadline_ms,
         )
 
-    def _standing(self, holder: str | None, term: int, now: int) -> Standing:
+    def _standing(
+        self, holder: str | None, term: int, now: int, *, body: Any | None = None
+    ) -> Standing:
         serving = holder == self.me and lease.may_serve(
             last_renewed_ms=self._last_renewed_ms, now_ms=now,
             renew_deadline_ms=self._renew_deadline_ms,
         )  # fmt: skip
-        return Standing(holder, term, serving)
+        endpoint = None
+        if body is not None and holder is not None and body.spec.holder_identity == holder:
+            endpoint = (body.metadata.annotations or {}).get(REPLICATION_ANNOTATION)
+        return Standing(holder, term, serving, endpoint)
 
     async def _read(self) -> Any | None:
         try:

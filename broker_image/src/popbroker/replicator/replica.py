@@ -38,6 +38,7 @@ from popbroker.replicator.duty import LeaderDuty
 from popbroker.replicator.leases import (
     CLUSTER_LABEL,
     ENDPOINT_ANNOTATION,
+    REPLICATION_ANNOTATION,
     SET_ANNOTATION,
     LeaderDirectory,
     LeaseCoordinator,
@@ -78,6 +79,8 @@ class Replica:
         synchronous: bool = True,
         listen: tuple[str, int] | None = None,
     ) -> None:
+        """``listen``: where this replica serves followers while it leads, published on
+        the Lease for them (no DNS); None: its own ``peers`` address, not published."""
         self.store = store
         self.name = name
         self._peers = dict(peers)
@@ -93,6 +96,8 @@ class Replica:
         annotations = {SET_ANNOTATION: self.broker_set}
         if client_endpoint:
             annotations[ENDPOINT_ANNOTATION] = client_endpoint
+        if listen is not None:
+            annotations[REPLICATION_ANNOTATION] = f"{listen[0]}:{listen[1]}"
         self.coordinator = LeaseCoordinator(
             api, namespace=namespace, name=lease_name, me=name, lease_ms=lease_ms,
             renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms, clock_ms=clock_ms,
@@ -112,7 +117,7 @@ class Replica:
         self.leader: Leader | None = None
         self.appends: SyncAppends | None = None
         self._duty: LeaderDuty | None = None
-        self._following: tuple[str, asyncio.Task[None]] | None = None
+        self._following: tuple[tuple[str, tuple[str, int]], asyncio.Task[None]] | None = None
         self._insync: InSyncSet | None = None
         self._last_term = 0
         self.term_changes = 0  # terms seen begin since this replica started (metrics)
@@ -131,7 +136,7 @@ class Replica:
             if self.leader is not None:
                 await self._step_down()
             if standing.holder not in (None, self.name):
-                self._follow(standing.holder)
+                self._follow(standing.holder, standing.replication_endpoint)
         await self._label()
         if self.directory is not None:  # after acting: a failed read delays only routes
             await self.directory.refresh()
@@ -210,15 +215,26 @@ class Replica:
             log.info("%s stops leading term %d", self.name, self.leader.term)
         self.leader, self.appends, self._duty, self._insync = None, None, None, None
 
-    def _follow(self, holder: str) -> None:
+    def _follow(self, holder: str, published: str | None) -> None:
+        """Follow ``holder`` at the address its Lease publishes, else at its ``peers``
+        address; a new address (the holder's pod came back elsewhere) is a new connection."""
+        address = self._peers.get(holder)
+        host, _, port = (published or "").rpartition(":")
+        if host and port.isdigit():
+            address = (host, int(port))
+        if address is None:
+            log.warning("%s: the leader %s has no known address", self.name, holder)
+            return
         if self._following is not None:
             current, task = self._following
-            if current == holder and not task.done():
+            if current == (holder, address) and not task.done():
                 return
             task.cancel()
-        host, port = self._peers[holder]
         follower = Follower(self.store, name=self.name, token=self._token)
-        self._following = (holder, asyncio.create_task(self._run_follower(follower, host, port)))
+        self._following = (
+            (holder, address),
+            asyncio.create_task(self._run_follower(follower, *address)),
+        )
 
     async def _run_follower(self, follower: Follower, host: str, port: int) -> None:
         with contextlib.suppress(ConnectionError, ReplicationRefused, asyncio.IncompleteReadError):

@@ -47,7 +47,8 @@ DEPENDENTS = ("Topic", "ConsumerGroup")
     labels={names.LABEL_CLUSTER: kopf.PRESENT, names.LABEL_MANAGED_BY: names.OPERATOR_APP},
 )
 async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any) -> None:
-    """A broker pod came, went, moved or changed readiness: wake its BrokerCluster now.
+    """A broker pod came, went, moved, changed readiness or took over its set's lead: wake
+    its BrokerCluster now.
 
     The cluster carries its pods' fingerprint in an annotation; changing it is an update
     event, so the cluster's change handler runs (members pushed, status, dependents poked)
@@ -61,7 +62,9 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     body = await rt.kube.get_or_none(url)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
-    value = cluster_status.pods_fingerprint(await kube_client.broker_pods(rt.kube, ns, cluster))
+    pods, serving = await kube_client.broker_pod_views(rt.kube, ns, cluster)
+    # A replicated set's new leader (another pod serves the broker) wakes the cluster too.
+    value = cluster_status.pods_fingerprint([*pods, *(p for p in serving if p not in pods)])
     if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
         await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
 

@@ -1,0 +1,137 @@
+"""A replicated BrokerCluster (``spec.replication``, issue 18) on the testbed with the chart's
+operator: real StatefulSet controller (pod-index labels), real RBAC (the brokers' binding to
+the chart's replica ClusterRole), real Leases and EndpointSlices.
+
+One set of three replicas (SYNC, two in sync): the stores elect a leader through the
+set's Lease and it labels its pod; the set's Service selects that pod alone; the
+operator's config reaches the leader; writes answered by the leader are on the followers;
+deleting the leader's pod hands the lead over (the Lease released on the way out), the
+label, the Service and the operator's writes follow, and every acknowledged message is
+consumed from the new leader. The followers dial the address the leader publishes on the
+Lease: the testbed has no cluster DNS, so this also proves they need none.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import pytest
+
+from popfleet_operator.model import names
+from popfleet_testbed import cluster, waiting
+from tests.integration.operator import clientprotocol, story
+
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("operator_log_clean")]
+
+CLUSTER = "rep"
+SET = f"{CLUSTER}-0"
+REPLICA_PODS = {f"{CLUSTER}-0", f"{CLUSTER}-r1-0", f"{CLUSTER}-r2-0"}
+SENT = 40
+
+
+def lease(tb: cluster.Cluster, ns: str) -> dict[str, Any] | None:
+    return tb.admin.get_or_none(f"/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{SET}")
+
+
+def holder(tb: cluster.Cluster, ns: str) -> str | None:
+    found = lease(tb, ns)
+    return None if found is None else found["spec"].get("holderIdentity")
+
+
+def in_sync(tb: cluster.Cluster, ns: str) -> set[str]:
+    found = lease(tb, ns) or {"metadata": {}}
+    members = (found["metadata"].get("annotations") or {}).get("popfleet.io/in-sync", "")
+    return {m for m in members.split(",") if m}
+
+
+def pods_by_name(tb: cluster.Cluster, ns: str) -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in story.broker_pods(tb, ns, CLUSTER)}
+
+
+def labelled_leaders(tb: cluster.Cluster, ns: str) -> set[str]:
+    return {
+        name
+        for name, pod in pods_by_name(tb, ns).items()
+        if (pod["metadata"].get("labels") or {}).get(names.LABEL_LEADER) == "true"
+    }
+
+
+def service_addresses(tb: cluster.Cluster, ns: str) -> set[str]:
+    slices = tb.admin.items(
+        f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
+        {"labelSelector": f"kubernetes.io/service-name={SET}"},
+    )
+    return {a for s in slices for e in s.get("endpoints") or [] for a in e.get("addresses") or []}
+
+
+def leader_port_open(pod: dict[str, Any]) -> bool:
+    try:
+        with socket.create_connection((cluster.Cluster.pod_ip(pod), names.LEADER_PORT), 2):
+            return True
+    except OSError:
+        return False
+
+
+def settled(tb: cluster.Cluster, ns: str, *, not_: str | None = None) -> str | None:
+    """The set's leader once the Lease, the pod label and the Service agree (not ``not_``)."""
+    lead = holder(tb, ns)
+    pods = pods_by_name(tb, ns)
+    if lead is None or lead == not_ or lead not in pods:
+        return None
+    if labelled_leaders(tb, ns) != {lead}:
+        return None
+    if service_addresses(tb, ns) != {cluster.Cluster.pod_ip(pods[lead])}:
+        return None
+    return lead
+
+
+def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
+    popfleet_release: cluster.Cluster,
+) -> None:
+    tb = popfleet_release
+    ns = tb.new_namespace("replicated")
+    cr = story.brokers_cr(CLUSTER, 1)
+    cr["spec"]["replication"] = {"replicas": 3, "mode": "SYNC", "minInSyncReplicas": 2}
+    tb.apply(
+        ns,
+        cr,
+        story.topic_cr("orders", CLUSTER),
+        story.group_cr("billing", CLUSTER, "orders"),
+    )
+    try:
+        waiting.until(
+            lambda: set(pods_by_name(tb, ns)) == REPLICA_PODS,
+            timeout_s=90,
+            what="three replica pods of set 0",
+        )
+        first = waiting.until(lambda: settled(tb, ns), timeout_s=120, what="a settled leader")
+        waiting.until(
+            lambda: in_sync(tb, ns) == REPLICA_PODS, timeout_s=90, what="all three in sync"
+        )
+        story.wait_condition(tb, ns, "topics", "orders", "Ready", timeout_s=120)
+        story.wait_condition(tb, ns, "consumergroups", "billing", "Ready", timeout_s=120)
+        pods = pods_by_name(tb, ns)
+        assert [n for n, p in pods.items() if leader_port_open(p)] == [first]
+        # SYNC with two in sync: each answered write is on a follower too.
+        leader_endpoint = f"{cluster.Cluster.pod_ip(pods[first])}:{names.LEADER_PORT}"
+        clientprotocol.send(leader_endpoint, topic="orders", count=SENT)
+
+        tb.kubectl("delete", "pod", first, "-n", ns, "--wait=false")
+        second = waiting.until(
+            lambda: settled(tb, ns, not_=first), timeout_s=120, what="a new settled leader"
+        )
+        pods = pods_by_name(tb, ns)
+        endpoint = f"{cluster.Cluster.pod_ip(pods[second])}:{names.LEADER_PORT}"
+        got = clientprotocol.consume(endpoint, group="billing", topic="orders", count=SENT)
+        assert got == SENT
+        # The operator's writes follow the lead: a new Topic is confirmed by the new leader.
+        tb.apply(ns, story.topic_cr("refunds", CLUSTER))
+        story.wait_condition(tb, ns, "topics", "refunds", "Ready", timeout_s=120)
+        # The deleted pod comes back (its StatefulSet) and catches up as a follower.
+        waiting.until(
+            lambda: in_sync(tb, ns) == REPLICA_PODS, timeout_s=120, what="three in sync again"
+        )
+        assert holder(tb, ns) == second
+    finally:
+        tb.delete_namespace(ns)
