@@ -24,7 +24,15 @@ Targets gRPC sends (``target_of`` parses them all; ports 1-65535, hosts IP liter
 Every address of a list must be in ``ALLOW_CIDR`` (else 403: one bad address refuses the
 request); they are tried in order and the first that accepts is the tunnel's (502 if none).
 
-    ALLOW_CIDR=10.244.0.0/16,10.96.0.0/16 LISTEN=0.0.0.0:3128 python connect_proxy.py
+Names: a host that is no IP literal is refused (403) unless it ends with one of the
+suffixes in ``ALLOW_DOMAINS`` (comma-separated, e.g. ``.svc``: a replicated broker set's
+Service, ``rep-0.story.svc``, which routes name). Such a name is resolved here, in the
+pod (cluster DNS), and only its addresses inside ``ALLOW_CIDR`` are dialled (502 when it
+has none): a name never widens what the proxy reaches. gRPC's proxy mapper sends the
+target's name unresolved, so the host never looks a cluster name up.
+
+    ALLOW_CIDR=10.244.0.0/16,10.96.0.0/16 ALLOW_DOMAINS=.svc LISTEN=0.0.0.0:3128 \
+        python connect_proxy.py
 """
 
 from __future__ import annotations
@@ -33,13 +41,14 @@ import asyncio
 import contextlib
 import ipaddress
 import os
+import socket
 import sys
 
 HEADER_LIMIT = 8192
 MAX_ADDRESSES = 16
 CONNECT_TIMEOUT_S = 5.0
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Target = tuple[str, int]  # (IP literal, port)
+Target = tuple[str, int]  # (IP literal, or a name with an allowed suffix; port)
 
 
 class Networks(tuple[Network, ...]):
@@ -74,8 +83,16 @@ def _closing_bracket(text: str) -> int:
     return -1
 
 
-def _address(item: str, allowed: Allowed) -> Target:
-    """``ipv4:port`` or ``[ipv6]:port``, checked against ``allowed``; ValueError says why not."""
+def _named(host: str, domains: tuple[str, ...]) -> bool:
+    """``host`` is a DNS name ending with one of the allowed suffixes (``.svc``)."""
+    labels = host.split(".")
+    well_formed = all(label and label.replace("-", "").isalnum() for label in labels)
+    return well_formed and any(host.endswith(suffix) for suffix in domains if suffix)
+
+
+def _address(item: str, allowed: Allowed, domains: tuple[str, ...] = ()) -> Target:
+    """``ipv4:port``, ``[ipv6]:port`` or ``name:port`` (an allowed suffix), checked against
+    ``allowed``; ValueError says why not."""
     host, sep, port = item.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
         raise ValueError(f"400 {item!r} is not host:port")
@@ -85,6 +102,8 @@ def _address(item: str, allowed: Allowed) -> Target:
     try:
         address = ipaddress.ip_address(host[1:-1] if bracketed else host)
     except ValueError as exc:
+        if not bracketed and _named(host, domains):
+            return host, int(port)  # resolved and checked when dialled (_resolve)
         raise ValueError(f"403 {host!r} is not an IP address") from exc
     if bracketed != (address.version == 6):
         raise ValueError(f"400 {item!r}: IPv6 addresses, and only they, are bracketed")
@@ -93,7 +112,7 @@ def _address(item: str, allowed: Allowed) -> Target:
     return str(address), int(port)
 
 
-def target_of(request_line: str, allowed: Allowed) -> list[Target]:
+def target_of(request_line: str, allowed: Allowed, domains: tuple[str, ...] = ()) -> list[Target]:
     """The addresses of an allowed ``CONNECT`` request line, in order; ValueError says why not.
 
     Pure. The ValueError's message starts with the HTTP status to answer.
@@ -110,7 +129,7 @@ def target_of(request_line: str, allowed: Allowed) -> list[Target]:
     items = authority.split(",")
     if len(items) > MAX_ADDRESSES:
         raise ValueError(f"400 more than {MAX_ADDRESSES} addresses")
-    return [_address(item, allowed) for item in items]
+    return [_address(item, allowed, domains) for item in items]
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -125,11 +144,39 @@ async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
             writer.close()
 
 
+async def _resolve(targets: list[Target], allowed: Allowed) -> tuple[list[Target], list[str]]:
+    """Names replaced by their addresses inside ``allowed`` (in the resolver's order); the
+    names that had none, said why."""
+    loop = asyncio.get_running_loop()
+    out: list[Target] = []
+    failures: list[str] = []
+    for host, port in targets:
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            out.append((host, port))
+            continue
+        try:
+            infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            failures.append(f"{host}:{port} does not resolve ({exc})")
+            continue
+        found = [str(info[4][0]) for info in infos]
+        inside = [a for a in dict.fromkeys(found) if ipaddress.ip_address(a) in allowed]
+        if not inside:
+            failures.append(f"{host}:{port} resolves outside {allowed}: {found}")
+        out += [(a, port) for a in inside]
+    return out, failures
+
+
 async def _open_first(
-    targets: list[Target],
+    targets: list[Target], allowed: Allowed
 ) -> tuple[Target, asyncio.StreamReader, asyncio.StreamWriter]:
-    """A connection to the first target that accepts, in order; OSError if none does."""
-    failures = []
+    """A connection to the first target that accepts, in order (names resolved, their
+    addresses checked); OSError if none does."""
+    targets, failures = await _resolve(targets, allowed)
     for host, port in targets:
         try:
             reader, writer = await asyncio.wait_for(
@@ -147,7 +194,10 @@ def _log(line: str) -> None:
 
 
 async def _serve(
-    allowed: Allowed, client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter
+    allowed: Allowed,
+    domains: tuple[str, ...],
+    client_reader: asyncio.StreamReader,
+    client_writer: asyncio.StreamWriter,
 ) -> None:
     request = "(no request line)"
     try:
@@ -161,8 +211,8 @@ async def _serve(
         if len(head) > HEADER_LIMIT:
             raise ValueError("400 header too long")
         request = head.split(b"\r\n", 1)[0].decode("latin-1")
-        targets = target_of(request, allowed)
-        (host, port), up_reader, up_writer = await _open_first(targets)
+        targets = target_of(request, allowed, domains)
+        (host, port), up_reader, up_writer = await _open_first(targets, allowed)
     except ValueError as exc:
         _log(f"{request!r} -> {exc}")
         client_writer.write(f"HTTP/1.1 {exc}\r\n\r\n".encode())
@@ -180,21 +230,28 @@ async def _serve(
     await asyncio.gather(_pipe(client_reader, up_writer), _pipe(up_reader, client_writer))
 
 
-async def serve(listen: str, allowed_cidr: str) -> None:
+async def serve(listen: str, allowed_cidr: str, allowed_domains: str = "") -> None:
     allowed = parse_networks(allowed_cidr)
+    domains = tuple(d.strip() for d in allowed_domains.split(",") if d.strip())
     host, _, port = listen.rpartition(":")
     server = await asyncio.start_server(
-        lambda r, w: _serve(allowed, r, w), host, int(port), limit=HEADER_LIMIT
+        lambda r, w: _serve(allowed, domains, r, w), host, int(port), limit=HEADER_LIMIT
     )
     names = ", ".join(str(s.getsockname()) for s in server.sockets)
-    print(f"connect_proxy: listening on {names}, targets in {allowed}", flush=True)
+    print(f"connect_proxy: listening on {names}, targets in {allowed}, names {domains}", flush=True)
     async with server:
         await server.serve_forever()
 
 
 def main() -> int:
     try:
-        asyncio.run(serve(os.environ.get("LISTEN", "0.0.0.0:3128"), os.environ["ALLOW_CIDR"]))
+        asyncio.run(
+            serve(
+                os.environ.get("LISTEN", "0.0.0.0:3128"),
+                os.environ["ALLOW_CIDR"],
+                os.environ.get("ALLOW_DOMAINS", ""),
+            )
+        )
     except KeyError:
         print("connect_proxy: set ALLOW_CIDR (e.g. 10.244.0.0/16,10.96.0.0/16)", file=sys.stderr)
         return 2

@@ -68,6 +68,9 @@ def manifests(*, image: str, pull_policy: str, allow_cidr: str) -> list[Obj]:
         "command": ["python", "/proxy/connect_proxy.py"],
         "env": [
             {"name": "ALLOW_CIDR", "value": allow_cidr},
+            # Service names (a replicated set's NAME-i.<ns>.svc in routes), resolved in the
+            # pod; only their addresses inside ALLOW_CIDR are dialled (connect_proxy).
+            {"name": "ALLOW_DOMAINS", "value": ".svc"},
             {"name": "LISTEN", "value": f"0.0.0.0:{PORT}"},
         ],
         "ports": [{"name": "proxy", "containerPort": PORT}],

@@ -70,9 +70,15 @@ class RunningProxy:
 
 
 @contextlib.contextmanager
-def running_proxy(allow_cidr: str) -> Iterator[RunningProxy]:
-    """The proxy on 127.0.0.1 (ephemeral port) allowing ``allow_cidr``."""
-    env = {**os.environ, "ALLOW_CIDR": allow_cidr, "LISTEN": "127.0.0.1:0"}
+def running_proxy(allow_cidr: str, *, domains: str = "") -> Iterator[RunningProxy]:
+    """The proxy on 127.0.0.1 (ephemeral port) allowing ``allow_cidr`` (and names ending
+    with ``domains``)."""
+    env = {
+        **os.environ,
+        "ALLOW_CIDR": allow_cidr,
+        "ALLOW_DOMAINS": domains,
+        "LISTEN": "127.0.0.1:0",
+    }
     with subprocess.Popen(
         [sys.executable, str(KIND / "connect_proxy.py")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -110,10 +116,12 @@ def clean_proxy_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPat
 
 @pytest.fixture
 def health_server() -> Iterator[dict[str, int]]:
-    """gRPC health servers on 127.0.0.2 (allowed) and 127.0.0.3 (not); their ports."""
+    """gRPC health servers on 127.0.0.2 (allowed) and 127.0.0.3 (not), and on 127.0.0.1
+    (what ``localhost`` resolves to); their ports by the last byte."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
-    ports = {host: server.add_insecure_port(f"{host}:0") for host in ("127.0.0.2", "127.0.0.3")}
+    hosts = ("127.0.0.1", "127.0.0.2", "127.0.0.3")
+    ports = {host: server.add_insecure_port(f"{host}:0") for host in hosts}
     server.start()
     yield {host.rsplit(".", 1)[1]: port for host, port in ports.items()}
     server.stop(grace=None)
@@ -348,3 +356,45 @@ def test_several_allowed_networks_admit_an_address_in_any_of_them() -> None:
         connect_proxy.target_of("CONNECT 10.97.0.1:8081 HTTP/1.1", allowed)
     with pytest.raises(ValueError, match="no network"):
         connect_proxy.parse_networks(" , ")
+
+
+def test_names_with_an_allowed_suffix_pass_and_others_are_refused() -> None:
+    """A replicated set's Service name in routes (``rep-0.story.svc:8081``) is a target when
+    ``ALLOW_DOMAINS`` allows its suffix; it is resolved when dialled, not here."""
+    allowed = ipaddress.ip_network("10.244.0.0/16")
+    domains = (".svc",)
+    line = "CONNECT rep-0.story.svc:8081 HTTP/1.1"
+    assert connect_proxy.target_of(line, allowed, domains) == [("rep-0.story.svc", 8081)]
+    with pytest.raises(ValueError, match=r"^403 "):  # no suffix allowed: IP literals only
+        connect_proxy.target_of(line, allowed)
+    for refused in (
+        "CONNECT example.com:443 HTTP/1.1",
+        "CONNECT rep-0.story.svc.evil.com:8081 HTTP/1.1",
+        "CONNECT [rep-0.story.svc]:8081 HTTP/1.1",
+        "CONNECT bad_name.svc:8081 HTTP/1.1",
+        "CONNECT .svc:8081 HTTP/1.1",
+    ):
+        with pytest.raises(ValueError, match=r"^40[03] "):
+            connect_proxy.target_of(refused, allowed, domains)
+
+
+def test_an_allowed_name_is_dialled_only_at_its_addresses_inside_the_network(
+    health_server: dict[str, int], clean_proxy_environment: pytest.MonkeyPatch
+) -> None:
+    """gRPC hands the proxy the target's name unresolved (the host never looks it up); the
+    proxy resolves it and dials only addresses inside ``ALLOW_CIDR``. ``localhost`` stands
+    in for a cluster Service name: it resolves to 127.0.0.1 (and ::1) here."""
+    port = health_server["1"]
+    with running_proxy("127.0.0.1/32", domains="localhost") as proxy:
+        clean_proxy_environment.setenv("grpc_proxy", proxy.url)
+        assert check(f"localhost:{port}") == health_pb2.HealthCheckResponse.SERVING
+        answered = proxy.requests()
+    assert answered == [
+        f"connect_proxy: 'CONNECT localhost:{port} HTTP/1.1' -> 200 via 127.0.0.1:{port}\n"
+    ]
+    with running_proxy("127.0.0.2/32", domains="localhost") as proxy:  # resolves outside
+        clean_proxy_environment.setenv("grpc_proxy", proxy.url)
+        with pytest.raises(grpc.RpcError):
+            check(f"localhost:{port}")
+        (refused,) = proxy.requests()
+    assert "502" in refused and "resolves outside 127.0.0.2/32" in refused

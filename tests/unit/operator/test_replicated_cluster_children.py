@@ -128,6 +128,11 @@ def test_a_service_per_set_selects_its_leader_and_the_brokers_get_the_replica_ro
             {"name": "client", "port": 8081, "targetPort": "leader", "protocol": "TCP"}
         ]
     assert f"{owner.name}-2" not in services
+    leases = of_kind(objs, "Lease")
+    assert set(leases) == {f"{owner.name}-0", f"{owner.name}-1"}
+    for skeleton in leases.values():  # ownership only: the stores write the spec
+        assert set(skeleton) == {"apiVersion", "kind", "metadata"}
+        assert skeleton["metadata"]["ownerReferences"][0]["uid"] == owner.uid
     (binding,) = of_kind(objs, "RoleBinding").values()
     assert binding["roleRef"]["name"] == "rel-replica"
     assert binding["subjects"][0]["name"] == names.service_account(owner.name)

@@ -103,7 +103,7 @@ def _leftovers(access: ClusterAccess) -> list[str]:
     found: list[str] = []
     story_ns = (
         "statefulsets,deployments,pods,services,configmaps,secrets,serviceaccounts,"
-        "poddisruptionbudgets,networkpolicies,jobs,cronjobs,roles,rolebindings"
+        "poddisruptionbudgets,networkpolicies,jobs,cronjobs,roles,rolebindings,leases"
     )
     for ns in (access.namespace, access.release_namespace):
         for obj in access.items(story_ns, namespace=ns):

@@ -19,7 +19,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from popfleet_e2e import auditing, disruptions, lifecycle, logs, operatorfaults, sparkapps, steps
+from popfleet_e2e import (
+    auditing,
+    disruptions,
+    lifecycle,
+    logs,
+    operatorfaults,
+    replicated,
+    sparkapps,
+    steps,
+)
 from popfleet_e2e.access import ClusterAccess, ScenarioError
 from popfleet_e2e.steps import Story
 
@@ -125,6 +134,14 @@ REAL_CLUSTER_ONLY: tuple[Step, ...] = (
     Step(
         "rolling upgrade of the broker image under traffic",
         disruptions.rolling_upgrade_under_traffic,
+    ),
+    Step(
+        "kubectl apply a replicated BrokerCluster (1 set of 3, SYNC, 2 in sync)",
+        replicated.created,
+    ),
+    Step(
+        "the replicated set loses its leader pod under traffic; nothing acknowledged lost",
+        replicated.leader_lost_under_traffic,
     ),
 )
 # On kind the audits run on Spark's Kubernetes backend: executor pods from our image, then

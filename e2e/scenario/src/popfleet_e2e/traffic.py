@@ -173,6 +173,7 @@ class Traffic:
     topic: str
     group: str
     healthy: int = 2
+    hung: bool = True  # and one hung PushConsumer
     rate_per_s: float = 10.0
     max_messages: int = 18_000
     max_s: float = 1_800.0
@@ -188,10 +189,11 @@ class Traffic:
         subscription = {self.topic: FilterExpression("*")}
         for _ in range(self.healthy):
             self._start_consumer(_Recording(self.tally), subscription, cache=1024, threads=4)
-        self._hung = _Hung(self.tally)
-        # One consumption thread and a tiny cache: it holds about one message per queue it is
-        # given and then stops receiving, like a worker stuck on its first task.
-        self._hung_consumer = self._start_consumer(self._hung, subscription, cache=1, threads=1)
+        if self.hung:
+            self._hung = _Hung(self.tally)
+            # One consumption thread and a tiny cache: it holds about one message per queue
+            # it is given and then stops receiving, like a worker stuck on its first task.
+            self._hung_consumer = self._start_consumer(self._hung, subscription, cache=1, threads=1)
         self._producing = _Producing(
             self.endpoints, self.topic, self.tally, rate_per_s=self.rate_per_s,
             max_messages=self.max_messages, max_s=self.max_s,

@@ -11,6 +11,10 @@ labels its own pod ``popfleet.io/leader=true``. So:
 * the brokers' ServiceAccount is **bound** to the chart's ClusterRole for replicas (Leases
   and pod labels in this namespace; ``POPFLEET_BROKER_REPLICA_CLUSTERROLE``); the operator
   may bind that role and never holds its rights;
+* a **Lease per set**, ``NAME-i``, as a skeleton (name, labels, owner reference; no spec):
+  the stores create, take and renew it, and would make it themselves if it were missing;
+  the operator's part is only its ownership, so deleting the BrokerCluster deletes the
+  Leases too (server-side apply merges the owner reference into a Lease the stores made);
 * the **replication token** (the Secret ``NAME-replication``, key ``token``) authenticates
   followers to their leader. It is made once, at random, by the handler (never applied:
   applying would rotate it on every round; see ``handlers.clusters``).
@@ -54,6 +58,14 @@ def set_service(owner: ObjectRef, ordinal: int) -> dict[str, Any]:
     }
 
 
+def lease(owner: ObjectRef, ordinal: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": meta.object_meta(owner, names.set_service(owner.name, ordinal)),
+    }
+
+
 def role_binding(owner: ObjectRef, cluster_role: str) -> dict[str, Any]:
     name = names.service_account(owner.name)
     return {
@@ -82,7 +94,9 @@ def token_secret(owner: ObjectRef) -> dict[str, Any]:
 
 
 def children(owner: ObjectRef, *, brokers: int, cluster_role: str) -> list[dict[str, Any]]:
-    """The brokers' RoleBinding and the per-set Services, in apply order. No ClusterRole
-    (the chart's ``rbac.create=false``): whoever manages RBAC binds one (docs/operations)."""
+    """The brokers' RoleBinding, the per-set Leases and Services, in apply order. No
+    ClusterRole (the chart's ``rbac.create=false``): whoever manages RBAC binds one
+    (docs/operations)."""
     binding = [role_binding(owner, cluster_role)] if cluster_role else []
-    return [*binding, *(set_service(owner, i) for i in range(brokers))]
+    sets = range(brokers)
+    return [*binding, *(lease(owner, i) for i in sets), *(set_service(owner, i) for i in sets)]

@@ -52,6 +52,7 @@ PLURALS = {
     ("batch/v1", "Job"): "jobs",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+    ("coordination.k8s.io/v1", "Lease"): "leases",
     ("sparkoperator.k8s.io/v1beta2", "SparkApplication"): "sparkapplications",
     (names.API_VERSION, "BrokerCluster"): "brokerclusters",
     (names.API_VERSION, "Topic"): "topics",

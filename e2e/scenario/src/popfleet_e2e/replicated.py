@@ -1,0 +1,187 @@
+"""A replicated broker set on a real cluster (issue 18): it loses its leader's pod under the
+official client's traffic and no acknowledged message is lost.
+
+Beside the story's cluster, a second BrokerCluster ``rep`` of one set of three replicas
+(SYNC, two in sync) gets its own Topic and POP group. Then, under a producer and two
+PushConsumers (the official Python client, through the proxy pod like everything else):
+
+1. the set's leader (the Lease's holder, its pod labelled leader) is deleted;
+2. another replica takes the Lease, its pod takes the label, the set's Service moves
+   to it, and the producer's acknowledged sends resume (the client keeps its route,
+   ``rep-0.<ns>.svc:8081``, which now reaches the new leader);
+3. the producer stops; every acknowledged send is consumed (duplicates allowed);
+4. the deleted pod comes back and all three are in sync again.
+
+The summary gives the time from the delete to the first acknowledged send after it.
+"""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+
+from popfleet_e2e import brokers, conditions, waits
+from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
+from popfleet_e2e.steps import Story
+from popfleet_e2e.traffic import Traffic
+
+CLUSTER = "rep"
+SET = f"{CLUSTER}-0"
+TOPIC = "rep-orders"
+GROUP = "rep-billing"
+REPLICAS = 3
+PODS = {f"{CLUSTER}-0", f"{CLUSTER}-r1-0", f"{CLUSTER}-r2-0"}
+LEADER_LABEL = "popfleet.io/leader"
+AFTER_FAILOVER = 50  # acknowledged sends after the new leader serves
+
+
+def manifests() -> list[Obj]:
+    ref = {"clusterRef": {"name": CLUSTER}}
+    return [
+        {
+            "apiVersion": "popfleet.io/v1alpha1",
+            "kind": "BrokerCluster",
+            "metadata": {"name": CLUSTER},
+            "spec": {
+                "brokers": 1,
+                "storage": {"size": "256Mi"},
+                "replication": {"replicas": REPLICAS, "mode": "SYNC", "minInSyncReplicas": 2},
+            },
+        },
+        {
+            "apiVersion": "popfleet.io/v1alpha1",
+            "kind": "Topic",
+            "metadata": {"name": TOPIC},
+            "spec": {**ref, "queues": 4},
+        },
+        {
+            "apiVersion": "popfleet.io/v1alpha1",
+            "kind": "ConsumerGroup",
+            "metadata": {"name": GROUP},
+            "spec": {**ref, "topics": [{"name": TOPIC}], "consumeMode": "POP"},
+        },
+    ]
+
+
+def _lease(access: ClusterAccess) -> Obj:
+    return access.get_or_none("lease", SET) or {"metadata": {}, "spec": {}}
+
+
+def _holder(access: ClusterAccess) -> str | None:
+    holder = _lease(access)["spec"].get("holderIdentity")
+    return str(holder) if holder else None
+
+
+def _in_sync(access: ClusterAccess) -> set[str]:
+    annotations = _lease(access)["metadata"].get("annotations") or {}
+    return {m for m in annotations.get("popfleet.io/in-sync", "").split(",") if m}
+
+
+def _pods(access: ClusterAccess) -> dict[str, Obj]:
+    listed = access.items("pods", selector=f"popfleet.io/cluster={CLUSTER}")
+    return {p["metadata"]["name"]: p for p in listed if not p["metadata"].get("deletionTimestamp")}
+
+
+def _settled(access: ClusterAccess, *, not_: str | None = None) -> str | None:
+    """The leader once the Lease, the pod label and the Service's endpoints agree."""
+    lead, pods = _holder(access), _pods(access)
+    if lead is None or lead == not_ or lead not in pods:
+        return None
+    labelled = {n for n, p in pods.items() if p["metadata"]["labels"].get(LEADER_LABEL) == "true"}
+    if labelled != {lead}:
+        return None
+    slices = access.items("endpointslices", selector=f"kubernetes.io/service-name={SET}")
+    addresses = {
+        a for s in slices for e in s.get("endpoints") or [] for a in e.get("addresses") or []
+    }
+    return lead if addresses == {pods[lead]["status"].get("podIP")} else None
+
+
+def describe(access: ClusterAccess) -> str:
+    pods = {n: p["metadata"]["labels"].get(LEADER_LABEL) for n, p in _pods(access).items()}
+    return f"lease holder {_holder(access)}, in sync {sorted(_in_sync(access))}, pods {pods}"
+
+
+def created(story: Story) -> str:
+    """``kubectl apply`` the replicated cluster, its Topic and POP group; a settled leader,
+    all three replicas in sync, the Topic synced and the mode applied (on the leader)."""
+    access = story.access
+    access.kubectl(
+        "apply", "-n", access.namespace, "-f", "-", stdin=yaml.safe_dump_all(manifests())
+    )
+    waits.until(
+        lambda: set(_pods(access)) == PODS, timeout_s=180, what=f"pods {sorted(PODS)}",
+        seen=lambda: str(sorted(_pods(access))),
+    )  # fmt: skip
+    leader = waits.until(
+        lambda: _settled(access), timeout_s=240, what="a settled leader",
+        seen=lambda: describe(access),
+    )  # fmt: skip
+    waits.until(
+        lambda: _in_sync(access) == PODS, timeout_s=180, what="all three replicas in sync",
+        seen=lambda: describe(access),
+    )  # fmt: skip
+    conditions.wait(access, "topic", TOPIC, "TopicSynced", timeout_s=120)
+    conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=120)
+    return f"{leader} leads {SET}; in sync {sorted(_in_sync(access))}"
+
+
+def leader_lost_under_traffic(story: Story, *, max_s: float = 600.0) -> str:
+    """Delete the leader's pod mid-traffic; sends resume on the new leader and every
+    acknowledged one is consumed. Then the replicated cluster goes (its logs kept for the
+    log check; its Leases go with it, which the uninstall step checks)."""
+    access = story.access
+    endpoints = brokers.bootstrap(access, [], cluster=CLUSTER)
+    traffic = Traffic(
+        endpoints=endpoints, topic=TOPIC, group=GROUP, hung=False, max_s=max_s,
+        max_messages=int(max_s * 10),
+    )  # fmt: skip
+    traffic.start()
+    tally = traffic.tally
+    try:
+        waits.until(
+            lambda: len(tally.consumed) >= 20, timeout_s=120, what="20 consumed from the set",
+            seen=tally.describe,
+        )  # fmt: skip
+        first = _holder(access)
+        if first is None:
+            raise ScenarioError(f"no leader before the delete: {describe(access)}")
+        before = len(tally.acked)
+        story.logbook.collect_brokers(access, [first])  # its logs go with the pod
+        deleted_at = time.monotonic()
+        access.kubectl("delete", "pod", first, "-n", access.namespace, "--wait=false")
+        resumed: list[float] = []
+
+        def sending_again() -> bool:
+            if len(tally.acked) > before + 1 and not resumed:
+                resumed.append(time.monotonic() - deleted_at)
+            return len(tally.acked) >= before + AFTER_FAILOVER
+
+        second = waits.until(
+            lambda: _settled(access, not_=first), timeout_s=180, what="a new settled leader",
+            seen=lambda: describe(access),
+        )  # fmt: skip
+        waits.until(
+            sending_again, timeout_s=180, what=f"{AFTER_FAILOVER} acknowledged sends after",
+            seen=tally.describe,
+        )  # fmt: skip
+        traffic.stop_producing()
+        waits.until(
+            lambda: not tally.missing(), timeout_s=180,
+            what="every acknowledged send consumed",
+            seen=lambda: f"{tally.describe()}; missing e.g. {tally.missing()[:5]}",
+        )  # fmt: skip
+        waits.until(
+            lambda: _in_sync(access) == PODS and first in _pods(access), timeout_s=240,
+            what=f"{first} back and all three in sync", seen=lambda: describe(access),
+        )  # fmt: skip
+    finally:
+        traffic.stop()
+    story.logbook.collect_brokers(access, sorted(_pods(access)))
+    access.kubectl("delete", "brokercluster", CLUSTER, "-n", access.namespace, timeout_s=180)
+    gap = f"{resumed[0]:.1f}s" if resumed else "n/a"
+    return (
+        f"{first} deleted, {second} leads; sends acknowledged again {gap} after the delete; "
+        f"all {len(tally.acked)} acknowledged consumed ({tally.describe()})"
+    )
