@@ -21,7 +21,7 @@ import time
 
 import yaml
 
-from popfleet_e2e import brokers, conditions, waits
+from popfleet_e2e import brokers, conditions, steps, waits
 from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
 from popfleet_e2e.steps import Story
 from popfleet_e2e.traffic import Traffic
@@ -166,12 +166,7 @@ def leader_lost_under_traffic(story: Story, *, max_s: float = 600.0) -> str:
             sending_again, timeout_s=180, what=f"{AFTER_FAILOVER} acknowledged sends after",
             seen=tally.describe,
         )  # fmt: skip
-        traffic.stop_producing()
-        waits.until(
-            lambda: not tally.missing(), timeout_s=180,
-            what="every acknowledged send consumed",
-            seen=lambda: f"{tally.describe()}; missing e.g. {tally.missing()[:5]}",
-        )  # fmt: skip
+        steps.drained(traffic, timeout_s=180)
         waits.until(
             lambda: _in_sync(access) == PODS and first in _pods(access), timeout_s=240,
             what=f"{first} back and all three in sync", seen=lambda: describe(access),

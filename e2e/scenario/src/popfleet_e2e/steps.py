@@ -262,6 +262,17 @@ def pod_ready(pod: Obj) -> bool:
     return any(c["type"] == "Ready" and c["status"] == "True" for c in found)
 
 
+def drained(traffic: Traffic, *, timeout_s: float) -> None:
+    """Stop producing; wait until every acknowledged send was consumed by a healthy consumer."""
+    traffic.stop_producing()
+    tally = traffic.tally
+    waits.until(
+        lambda: not tally.missing(), timeout_s=timeout_s,
+        what="every acknowledged message consumed by a healthy consumer",
+        seen=lambda: f"{tally.describe()}; missing e.g. {tally.missing()[:5]}",
+    )  # fmt: skip
+
+
 def nothing_acknowledged_is_lost(story: Story) -> str:
     """Stop producing; every acknowledged send is consumed by a healthy consumer.
 
@@ -269,13 +280,8 @@ def nothing_acknowledged_is_lost(story: Story) -> str:
     invisible time (the broker's default, 60 s) has passed, so this waits longer than that.
     """
     access, traffic = story.access, story.running_traffic()
-    traffic.stop_producing()
     tally = traffic.tally
-    waits.until(
-        lambda: not tally.missing(), timeout_s=240,
-        what="every acknowledged message consumed by a healthy consumer",
-        seen=lambda: f"{tally.describe()}; missing e.g. {tally.missing()[:5]}",
-    )  # fmt: skip
+    drained(traffic, timeout_s=240)
     waits.until(
         lambda: not any(_total_lag(access).values()), timeout_s=60, what="lag 0 on every queue"
     )

@@ -191,11 +191,6 @@ async def admin_token(kube: Kube, namespace: str, spec: ClusterSpec) -> str | No
     return base64.b64decode(value).decode().strip()
 
 
-async def broker_pods(kube: Kube, namespace: str, cluster: str) -> list[BrokerPod]:
-    """The cluster's broker pods (by label; replica 0 of each set), ordered by ordinal."""
-    return (await broker_pod_views(kube, namespace, cluster))[0]
-
-
 async def broker_pod_views(
     kube: Kube, namespace: str, cluster: str
 ) -> tuple[list[BrokerPod], list[BrokerPod]]:
