@@ -11,7 +11,7 @@ import asyncio
 
 from kubernetes_asyncio import client
 
-from popbroker.replicator.leases import LeaseCoordinator, Standing
+from popbroker.replicator.leases import REPLICATION_ANNOTATION, LeaseCoordinator, Standing
 
 LEASE_MS, DEADLINE_MS, RETRY_MS = 3_000, 2_000, 1_000
 
@@ -110,3 +110,42 @@ async def test_only_a_member_of_the_recorded_in_sync_set_takes_over(
     assert standing == Standing("b", 2, serving=False)
     lease_object = await api.read_namespaced_lease("broker-0", testbed_namespace)
     assert lease_object.metadata.annotations["popfleet.io/in-sync"] == "a,b"  # kept as it was
+
+
+async def test_a_lease_the_operator_owns_keeps_its_owner_and_publishes_the_holders_address(
+    api: client.CoordinationV1Api, pods: client.CoreV1Api, testbed_namespace: str
+) -> None:
+    """The operator applies each set's Lease as a skeleton with an owner reference (so it
+    goes with its BrokerCluster); the stores' whole-object writes must keep that reference,
+    and a follower reads the holder's replication address from the Lease."""
+    owner = await pods.create_namespaced_config_map(
+        testbed_namespace, {"metadata": {"name": "stand-in-cluster"}}
+    )
+    reference = {
+        "apiVersion": "v1", "kind": "ConfigMap", "name": "stand-in-cluster",
+        "uid": owner.metadata.uid, "controller": True, "blockOwnerDeletion": True,
+    }  # fmt: skip
+    skeleton = {"metadata": {"name": "broker-0", "ownerReferences": [reference]}}
+    await api.create_namespaced_lease(testbed_namespace, skeleton)
+    a_clock = Clock()
+    a = LeaseCoordinator(
+        api, namespace=testbed_namespace, name="broker-0", me="a", lease_ms=LEASE_MS,
+        renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS, clock_ms=a_clock,
+        annotations={REPLICATION_ANNOTATION: "10.0.0.7:9878"},
+    )  # fmt: skip
+    b, _ = _candidate(api, testbed_namespace, "b")
+    assert await a.step() == Standing("a", 1, serving=True)  # takes the operator's skeleton
+    for _ in range(3):
+        a_clock.ms += RETRY_MS
+        assert (await a.step()).serving
+    seen = await b.step()
+    assert (seen.holder, seen.replication_endpoint) == ("a", "10.0.0.7:9878")
+    stored = await api.read_namespaced_lease("broker-0", testbed_namespace)
+    (kept,) = stored.metadata.owner_references
+    assert (kept.kind, kept.name, kept.uid, kept.controller) == (
+        "ConfigMap", "stand-in-cluster", owner.metadata.uid, True,
+    )  # fmt: skip
+    assert await a.release()  # a graceful stop's write keeps it too
+    released = await api.read_namespaced_lease("broker-0", testbed_namespace)
+    assert released.spec.holder_identity is None
+    assert [r.uid for r in released.metadata.owner_references] == [owner.metadata.uid]

@@ -123,6 +123,7 @@ class LeaseCoordinator:
             "resourceVersion": body.metadata.resource_version,
             "annotations": dict(body.metadata.annotations or {}),
             "labels": dict(body.metadata.labels or {}),
+            **_owners(body),
         }
         self._last_renewed_ms = None
         try:
@@ -199,6 +200,7 @@ class LeaseCoordinator:
             metadata["resourceVersion"] = body.metadata.resource_version
             metadata["annotations"] = {**(body.metadata.annotations or {}), **ours}
             metadata["labels"] = {**(body.metadata.labels or {}), **self._labels}
+            metadata.update(_owners(body))
             await self._api.replace_namespaced_lease(
                 self._name, self._namespace, cast(Any, _lease(metadata, spec))
             )
@@ -238,6 +240,21 @@ class LeaderDirectory:
 def _lease(metadata: dict[str, Any], spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
             "spec": spec}  # fmt: skip
+
+
+def _owners(body: Any) -> dict[str, Any]:
+    """``body``'s owner references as the API's JSON (``{}`` when none). A replace writes
+    the whole object, so every write of ours carries them over: the operator owns a
+    replicated cluster's set Leases, which then go with the cluster."""
+    refs = []
+    for ref in body.metadata.owner_references or []:
+        out = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "uid": ref.uid}
+        if ref.controller is not None:
+            out["controller"] = ref.controller
+        if ref.block_owner_deletion is not None:
+            out["blockOwnerDeletion"] = ref.block_owner_deletion
+        refs.append(out)
+    return {"ownerReferences": refs} if refs else {}
 
 
 def _record(body: Any | None) -> lease.Record:
