@@ -117,6 +117,18 @@ _FROM_NO_LOSS: tuple[Step, ...] = (
 )
 FULL: tuple[Step, ...] = (*_UNTIL_POD_DELETED, *_FROM_NO_LOSS)
 
+# A replicated BrokerCluster beside the story's (issue 18): its leader pod lost under traffic.
+REPLICATED: tuple[Step, ...] = (
+    Step(
+        "kubectl apply a replicated BrokerCluster (1 set of 3, SYNC, 2 in sync)",
+        replicated.created,
+    ),
+    Step(
+        "the replicated set loses its leader pod under traffic; nothing acknowledged lost",
+        replicated.leader_lost_under_traffic,
+    ),
+)
+
 # On a real cluster (kind) the story also shows what only kubelets, a CNI with NetworkPolicy
 # and the Eviction API can: these run under the same traffic, before the no-loss check.
 REAL_CLUSTER_ONLY: tuple[Step, ...] = (
@@ -135,14 +147,7 @@ REAL_CLUSTER_ONLY: tuple[Step, ...] = (
         "rolling upgrade of the broker image under traffic",
         disruptions.rolling_upgrade_under_traffic,
     ),
-    Step(
-        "kubectl apply a replicated BrokerCluster (1 set of 3, SYNC, 2 in sync)",
-        replicated.created,
-    ),
-    Step(
-        "the replicated set loses its leader pod under traffic; nothing acknowledged lost",
-        replicated.leader_lost_under_traffic,
-    ),
+    *REPLICATED,
 )
 # On kind the audits run on Spark's Kubernetes backend: executor pods from our image, then
 # once more through a SparkApplication that the real Spark operator executes.
@@ -167,6 +172,9 @@ KIND: tuple[Step, ...] = (
     *REAL_CLUSTER_ONLY,
     *_FROM_NO_LOSS,
 )
+# For work on the replicated steps alone (``POPFLEET_E2E_SCENARIO=replicated`` on kind).
+KIND_REPLICATED: tuple[Step, ...] = (SETUP[0], *REPLICATED, _FROM_NO_LOSS[-1])
+SCENARIOS = {"kind": KIND, "replicated": KIND_REPLICATED}
 
 
 def run_steps(story: Story, chosen: Sequence[Step], *, say: Say = print) -> dict[str, float]:
