@@ -14,12 +14,13 @@ Lease: the testbed has no cluster DNS, so this also proves they need none.
 from __future__ import annotations
 
 import socket
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 
 from popfleet_operator.model import names
-from popfleet_testbed import cluster, waiting
+from popfleet_testbed import cluster, errors, waiting
 from tests.integration.operator import clientprotocol, story
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("operator_log_clean")]
@@ -28,6 +29,7 @@ CLUSTER = "rep"
 SET = f"{CLUSTER}-0"
 REPLICA_PODS = {f"{CLUSTER}-0", f"{CLUSTER}-r1-0", f"{CLUSTER}-r2-0"}
 SENT = 40
+T = TypeVar("T")
 
 
 def lease(tb: cluster.Cluster, ns: str) -> dict[str, Any] | None:
@@ -57,12 +59,17 @@ def labelled_leaders(tb: cluster.Cluster, ns: str) -> set[str]:
     }
 
 
-def service_addresses(tb: cluster.Cluster, ns: str) -> set[str]:
-    slices = tb.admin.items(
-        f"/apis/discovery.k8s.io/v1/namespaces/{ns}/endpointslices",
-        {"labelSelector": f"kubernetes.io/service-name={SET}"},
-    )
-    return {a for s in slices for e in s.get("endpoints") or [] for a in e.get("addresses") or []}
+def selected_by_service(tb: cluster.Cluster, ns: str) -> set[str]:
+    """The pods the set's Service selects. (Its EndpointSlices stay empty on the testbed:
+    pod IPs here are loopback addresses, which the API refuses in endpoints; the kind step
+    checks the real EndpointSlices.)"""
+    service = tb.admin.get_or_none(f"/api/v1/namespaces/{ns}/services/{SET}") or {}
+    selector = (service.get("spec") or {}).get("selector") or {}
+    return {
+        name
+        for name, pod in pods_by_name(tb, ns).items()
+        if selector and selector.items() <= (pod["metadata"].get("labels") or {}).items()
+    }
 
 
 def leader_port_open(pod: dict[str, Any]) -> bool:
@@ -74,16 +81,40 @@ def leader_port_open(pod: dict[str, Any]) -> bool:
 
 
 def settled(tb: cluster.Cluster, ns: str, *, not_: str | None = None) -> str | None:
-    """The set's leader once the Lease, the pod label and the Service agree (not ``not_``)."""
+    """The set's leader once the Lease, the pod label and the Service's selection agree
+    (not ``not_``)."""
     lead = holder(tb, ns)
     pods = pods_by_name(tb, ns)
     if lead is None or lead == not_ or lead not in pods:
         return None
     if labelled_leaders(tb, ns) != {lead}:
         return None
-    if service_addresses(tb, ns) != {cluster.Cluster.pod_ip(pods[lead])}:
+    if selected_by_service(tb, ns) != {lead}:
         return None
     return lead
+
+
+def describe(tb: cluster.Cluster, ns: str) -> str:
+    """What the waits look at, for a timeout's message."""
+    found = lease(tb, ns) or {"metadata": {}, "spec": {}}
+    pods = {
+        name: (
+            (pod["metadata"].get("labels") or {}).get(names.LABEL_LEADER),
+            cluster.Cluster.pod_ip(pod) if (pod.get("status") or {}).get("podIP") else None,
+        )
+        for name, pod in pods_by_name(tb, ns).items()
+    }
+    return (
+        f"lease spec {found['spec']} annotations {found['metadata'].get('annotations')}; "
+        f"pods (leader label, ip) {pods}; service {SET} selects {selected_by_service(tb, ns)}"
+    )
+
+
+def wait(tb: cluster.Cluster, ns: str, check: Callable[[], T | None], what: str) -> T:
+    try:
+        return waiting.until(check, timeout_s=120, what=what)
+    except errors.Timeout as exc:
+        raise errors.Timeout(f"{exc}\n{describe(tb, ns)}") from exc
 
 
 def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
@@ -105,22 +136,19 @@ def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
             timeout_s=90,
             what="three replica pods of set 0",
         )
-        first = waiting.until(lambda: settled(tb, ns), timeout_s=120, what="a settled leader")
-        waiting.until(
-            lambda: in_sync(tb, ns) == REPLICA_PODS, timeout_s=90, what="all three in sync"
-        )
+        first = wait(tb, ns, lambda: settled(tb, ns), "a settled leader")
+        wait(tb, ns, lambda: in_sync(tb, ns) == REPLICA_PODS, "all three in sync")
         story.wait_condition(tb, ns, "topics", "orders", "Ready", timeout_s=120)
         story.wait_condition(tb, ns, "consumergroups", "billing", "Ready", timeout_s=120)
         pods = pods_by_name(tb, ns)
-        assert [n for n, p in pods.items() if leader_port_open(p)] == [first]
+        open_ports = [n for n, p in pods.items() if leader_port_open(p)]
+        assert open_ports == [first], f"leader port open on {open_ports}; {describe(tb, ns)}"
         # SYNC with two in sync: each answered write is on a follower too.
         leader_endpoint = f"{cluster.Cluster.pod_ip(pods[first])}:{names.LEADER_PORT}"
         clientprotocol.send(leader_endpoint, topic="orders", count=SENT)
 
         tb.kubectl("delete", "pod", first, "-n", ns, "--wait=false")
-        second = waiting.until(
-            lambda: settled(tb, ns, not_=first), timeout_s=120, what="a new settled leader"
-        )
+        second = wait(tb, ns, lambda: settled(tb, ns, not_=first), "a new settled leader")
         pods = pods_by_name(tb, ns)
         endpoint = f"{cluster.Cluster.pod_ip(pods[second])}:{names.LEADER_PORT}"
         got = clientprotocol.consume(endpoint, group="billing", topic="orders", count=SENT)
@@ -129,9 +157,7 @@ def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
         tb.apply(ns, story.topic_cr("refunds", CLUSTER))
         story.wait_condition(tb, ns, "topics", "refunds", "Ready", timeout_s=120)
         # The deleted pod comes back (its StatefulSet) and catches up as a follower.
-        waiting.until(
-            lambda: in_sync(tb, ns) == REPLICA_PODS, timeout_s=120, what="three in sync again"
-        )
+        wait(tb, ns, lambda: in_sync(tb, ns) == REPLICA_PODS, "three in sync again")
         assert holder(tb, ns) == second
     finally:
         tb.delete_namespace(ns)
