@@ -119,14 +119,14 @@ async def test_a_lease_the_operator_owns_keeps_its_owner_and_publishes_the_holde
     goes with its BrokerCluster); the stores' whole-object writes must keep that reference,
     and a follower reads the holder's replication address from the Lease."""
     owner = await pods.create_namespaced_config_map(
-        testbed_namespace, {"metadata": {"name": "stand-in-cluster"}}
+        testbed_namespace, client.V1ConfigMap(metadata=client.V1ObjectMeta(name="stand-in-cluster"))
     )
-    reference = {
-        "apiVersion": "v1", "kind": "ConfigMap", "name": "stand-in-cluster",
-        "uid": owner.metadata.uid, "controller": True, "blockOwnerDeletion": True,
-    }  # fmt: skip
-    skeleton = {"metadata": {"name": "broker-0", "ownerReferences": [reference]}}
-    await api.create_namespaced_lease(testbed_namespace, skeleton)
+    reference = client.V1OwnerReference(
+        api_version="v1", kind="ConfigMap", name="stand-in-cluster", uid=owner.metadata.uid,
+        controller=True, block_owner_deletion=True,
+    )  # fmt: skip
+    skeleton = client.V1ObjectMeta(name="broker-0", owner_references=[reference])
+    await api.create_namespaced_lease(testbed_namespace, client.V1Lease(metadata=skeleton))
     a_clock = Clock()
     a = LeaseCoordinator(
         api, namespace=testbed_namespace, name="broker-0", me="a", lease_ms=LEASE_MS,
@@ -147,5 +147,5 @@ async def test_a_lease_the_operator_owns_keeps_its_owner_and_publishes_the_holde
     )  # fmt: skip
     assert await a.release()  # a graceful stop's write keeps it too
     released = await api.read_namespaced_lease("broker-0", testbed_namespace)
-    assert released.spec.holder_identity is None
+    assert not released.spec.holder_identity
     assert [r.uid for r in released.metadata.owner_references] == [owner.metadata.uid]

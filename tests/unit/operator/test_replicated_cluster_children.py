@@ -190,3 +190,16 @@ def test_admin_calls_go_to_each_sets_leader_else_replica_zero() -> None:
 )
 def test_replica_and_ordinal_from_a_pod_name(pod: str, where: tuple[int, int] | None) -> None:
     assert names.replica_of("demo", pod) == where
+
+
+def test_each_replica_statefulset_gets_its_own_partition(owner: specs.ObjectRef) -> None:
+    spec = specs.parse_cluster(REPLICATED)
+    objs = builders.children(
+        owner, spec, replicas=2, partition=1, replica_cluster_role="r", replica_partitions=[2, 0]
+    )
+    sets = of_kind(objs, "StatefulSet")
+    got = {n: s["spec"]["updateStrategy"]["rollingUpdate"]["partition"] for n, s in sets.items()}
+    assert got == {owner.name: 1, f"{owner.name}-r1": 2, f"{owner.name}-r2": 0}
+    for replica, sts in enumerate(sets.values()):  # the hash the rollout gate compares
+        annotation = sts["metadata"]["annotations"][names.TEMPLATE_HASH]
+        assert annotation == builders.pod_template_hash(owner, spec, replica)

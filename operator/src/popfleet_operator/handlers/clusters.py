@@ -11,6 +11,8 @@ a broker pod changes (``wakeups.pod_changed`` wakes it):
 5. ``push_members``: the member list (pod IP endpoints) to every reachable broker;
 6. ``plan_rollout``: the StatefulSet's update partition (``planning.rollout``): pods are
    replaced one at a time, each only after the one before came back Ready and re-applied;
+   a replicated cluster's replica StatefulSets roll after it, one replica index at a time
+   (``planning.replicarollout``);
 7. ``apply_children``: server-side apply of every child (owner references set), the
    StatefulSet with this round's partition;
 8. ``report``: status, conditions, Events for transitions (rollout steps included), metrics;
@@ -35,7 +37,7 @@ from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime, wakeups
 from popfleet_operator.model import names, observations, specs, switches
 from popfleet_operator.model.observations import BrokerInfo, BrokerPod
-from popfleet_operator.planning import membership, rollout, scaling
+from popfleet_operator.planning import membership, replicarollout, rollout, scaling
 from popfleet_operator.status import clusters as cluster_status
 from popfleet_operator.status import conditions as c
 from popfleet_operator.status import epochs
@@ -83,6 +85,51 @@ def plan_rollout(
     )
 
 
+async def plan_replica_rollout(
+    rt: runtime.Runtime,
+    ref: specs.ObjectRef,
+    spec: specs.ClusterSpec,
+    *,
+    sts: Mapping[str, Any] | None,
+    replicas: int,
+    rolling: rollout.RolloutPlan,
+) -> list[int]:
+    """The partitions of a replicated cluster's ``NAME-r1``, ``NAME-r2`` (one replica index
+    rolls at a time: ``planning.replicarollout``); [] without replication."""
+    if not spec.replication.enabled:
+        return []
+    indexes = range(1, spec.replication.replicas)
+    states = [
+        observations.statefulset_state(
+            await rt.kube.get_or_none(
+                kube_client.path(
+                    "apps/v1",
+                    "StatefulSet",
+                    namespace=ref.namespace,
+                    name=names.replica_statefulset(ref.name, r),
+                )
+            )
+        )
+        for r in indexes
+    ]
+    first_settled = (
+        not rolling.rolling
+        and not rolling.template_changed
+        and rolling.partition == 0
+        and replicarollout.settled(
+            observations.statefulset_state(sts),
+            built_hash=builders.pod_template_hash(ref, spec),
+            replicas=replicas,
+        )
+    )
+    return replicarollout.partitions(
+        replicas=replicas,
+        first_settled=first_settled,
+        states=states,
+        built_hashes=[builders.pod_template_hash(ref, spec, r) for r in indexes],
+    )
+
+
 async def apply_children(
     rt: runtime.Runtime,
     ref: specs.ObjectRef,
@@ -90,6 +137,7 @@ async def apply_children(
     *,
     replicas: int,
     partition: int,
+    replica_partitions: list[int] | None = None,
 ) -> None:
     if spec.replication.enabled:
         await ensure_replication_token(rt, ref)
@@ -99,6 +147,7 @@ async def apply_children(
         replicas=replicas,
         partition=partition,
         replica_cluster_role=runtime.BROKER_REPLICA_CLUSTER_ROLE,
+        replica_partitions=replica_partitions or [],
     )
     for child in children:
         await rt.kube.apply(child)
@@ -297,7 +346,17 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         pods=pods,
         health=rollout.broker_health(infos, member_errors),
     )
-    await apply_children(rt, ref, spec, replicas=plan.replicas, partition=rolling.partition)
+    replica_partitions = await plan_replica_rollout(
+        rt, ref, spec, sts=sts, replicas=plan.replicas, rolling=rolling
+    )
+    await apply_children(
+        rt,
+        ref,
+        spec,
+        replicas=plan.replicas,
+        partition=rolling.partition,
+        replica_partitions=replica_partitions,
+    )
     known = bool(sts and (sts["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH))
     conditions, entries = report(
         body=body,
