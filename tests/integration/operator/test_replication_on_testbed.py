@@ -159,5 +159,13 @@ def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
         # The deleted pod comes back (its StatefulSet) and catches up as a follower.
         wait(tb, ns, lambda: in_sync(tb, ns) == REPLICA_PODS, "three in sync again")
         assert holder(tb, ns) == second
+        # The BrokerCluster's status names the new leader and its term, and Degraded is
+        # False once all three are in sync again.
+        sets = story.wait_condition(
+            tb, ns, "brokerclusters", CLUSTER, "Degraded", status="False", timeout_s=120,
+            also=lambda obj: [s.get("leader") for s in obj["status"].get("replication", [])]
+            == [second],
+        )["status"]["replication"]  # fmt: skip
+        assert sets[0]["inSyncReplicas"] == 3 and sets[0]["term"] >= 2
     finally:
         tb.delete_namespace(ns)

@@ -29,7 +29,13 @@ from kubernetes_asyncio.client.exceptions import ApiException
 
 from popfleet_operator.errors import KubeError, SecretNotFound
 from popfleet_operator.model import names
-from popfleet_operator.model.observations import BrokerPod, broker_pod, serving_pods
+from popfleet_operator.model.observations import (
+    BrokerPod,
+    SetLease,
+    broker_pod,
+    serving_pods,
+    set_lease,
+)
 from popfleet_operator.model.specs import ClusterSpec
 
 Obj = dict[str, Any]
@@ -189,6 +195,15 @@ async def admin_token(kube: Kube, namespace: str, spec: ClusterSpec) -> str | No
             f"has no key {spec.admin_token.key!r}"
         )
     return base64.b64decode(value).decode().strip()
+
+
+async def set_leases(kube: Kube, namespace: str, cluster: str) -> list[SetLease]:
+    """A replicated cluster's set Leases (label ``popfleet.io/cluster``), by name."""
+    raw = await kube.items(
+        path("coordination.k8s.io/v1", "Lease", namespace=namespace),
+        label_selector=f"{names.LABEL_CLUSTER}={cluster}",
+    )
+    return sorted((set_lease(r) for r in raw), key=lambda lease: lease.broker)
 
 
 async def broker_pod_views(

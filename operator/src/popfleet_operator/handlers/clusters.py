@@ -36,7 +36,7 @@ from popfleet_operator.clients import fanout
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import metrics, runtime, wakeups
 from popfleet_operator.model import names, observations, specs, switches
-from popfleet_operator.model.observations import BrokerInfo, BrokerPod
+from popfleet_operator.model.observations import BrokerInfo, BrokerPod, SetLease
 from popfleet_operator.planning import membership, replicarollout, rollout, scaling
 from popfleet_operator.status import clusters as cluster_status
 from popfleet_operator.status import conditions as c
@@ -233,8 +233,10 @@ def report(
     member_errors: dict[str, str],
     rolling: rollout.RolloutPlan,
     template_hash_known: bool,
+    leases: list[SetLease] | None = None,
 ) -> tuple[list[c.Condition], list[dict[str, Any]]]:
-    """Status, conditions, Events and metrics; returns the conditions and ``status.brokers``."""
+    """Status, conditions, Events and metrics; returns the conditions and ``status.brokers``.
+    ``leases``: a replicated cluster's set Leases (None: not replicated)."""
     ref = specs.ObjectRef.from_body(KIND, body)
     expected = [i for i in infos if i.pod.ordinal < max(spec.brokers, plan.replicas)]
     with_errors = [
@@ -248,6 +250,19 @@ def report(
         for i in expected
     ]
     ready = cluster_status.ready_count(with_errors, desired=spec.brokers)
+    replication_fields: dict[str, Any] = {}
+    under = ""
+    if leases is not None:
+        sets = [names.pod(ref.name, i) for i in range(spec.brokers)]
+        replication_fields["replication"] = cluster_status.replication_entries(
+            leases, expected=sets
+        )
+        under = cluster_status.under_replicated(
+            leases,
+            expected=sets,
+            replicas=spec.replication.replicas,
+            min_in_sync=spec.replication.min_in_sync_replicas,
+        )
     conditions = cluster_status.cluster_conditions(
         with_errors,
         desired=spec.brokers,
@@ -255,6 +270,7 @@ def report(
         blocked=plan.blocked,
         rollout=rolling.message if rolling.rolling else "",
         stuck=rolling.stuck,
+        replication=under,
     )
     previous_rollout = (body.get("status") or {}).get("rollout")
     report_rollout(
@@ -294,6 +310,7 @@ def report(
         brokersReady=f"{ready}/{spec.brokers}",
         brokers=entries,
         **rollout_fields,
+        **replication_fields,
     )
     metrics.READY_BROKERS.labels(ref.namespace, ref.name).set(ready)
     return conditions, entries
@@ -358,6 +375,9 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         replica_partitions=replica_partitions,
     )
     known = bool(sts and (sts["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH))
+    leases = None
+    if spec.replication.enabled:
+        leases = await kube_client.set_leases(rt.kube, ref.namespace, ref.name)
     conditions, entries = report(
         body=body,
         patch=patch,
@@ -367,6 +387,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         member_errors=member_errors,
         rolling=rolling,
         template_hash_known=known,
+        leases=leases,
     )
     rt.forget_cluster(ref.namespace, ref.name)
     await wakeups.poke_dependents(rt, body, entries)

@@ -140,6 +140,34 @@ def _timestamp_s(value: object) -> float | None:
     return datetime.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+@dataclass(frozen=True, slots=True)
+class SetLease:
+    """A replicated broker set's Lease as its stores keep it: ``broker`` the set (the
+    Lease's name, ``NAME-i``), ``leader`` its holder ("" while none holds it), ``term``,
+    and the recorded in-sync set (the leader included)."""
+
+    broker: str
+    leader: str
+    term: int
+    in_sync: tuple[str, ...]
+
+
+def set_lease(raw: Mapping[str, Any]) -> SetLease:
+    meta, spec = raw["metadata"], raw.get("spec") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        term = int(annotations.get("popfleet.io/term", "0"))
+    except ValueError:
+        term = 0
+    members = str(annotations.get("popfleet.io/in-sync", ""))
+    return SetLease(
+        broker=str(meta["name"]),
+        leader=str(spec.get("holderIdentity") or ""),
+        term=term,
+        in_sync=tuple(sorted(m for m in members.split(",") if m)),
+    )
+
+
 def broker_pod(cluster: str, pod: Mapping[str, Any]) -> BrokerPod | None:
     """A raw Pod of ``cluster`` as a :class:`BrokerPod`; None when its name is no ordinal
     (a pod of a replica StatefulSet ``NAME-r<r>`` among them: see :func:`serving_pods`)."""

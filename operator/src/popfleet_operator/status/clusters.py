@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from popfleet_operator.model import names
-from popfleet_operator.model.observations import BrokerInfo, BrokerPod
+from popfleet_operator.model.observations import BrokerInfo, BrokerPod, SetLease
 from popfleet_operator.status import conditions as c
 
 
@@ -43,6 +43,43 @@ def ready_count(infos: Sequence[BrokerInfo], *, desired: int) -> int:
     )
 
 
+def replication_entries(
+    leases: Sequence[SetLease], *, expected: Sequence[str]
+) -> list[dict[str, Any]]:
+    """``status.replication``: each declared set's leader, term and in-sync replicas (a set
+    whose stores have not made its Lease yet is left out)."""
+    by_name = {lease.broker: lease for lease in leases}
+    return [
+        {
+            "broker": lease.broker,
+            "leader": lease.leader,
+            "term": lease.term,
+            "inSync": ",".join(lease.in_sync),
+            "inSyncReplicas": len(lease.in_sync),
+        }
+        for lease in (by_name.get(b) for b in expected)
+        if lease is not None
+    ]
+
+
+def under_replicated(
+    leases: Sequence[SetLease], *, expected: Sequence[str], replicas: int, min_in_sync: int
+) -> str:
+    """Why a replicated cluster is under-replicated ("" when it is not): a set without a
+    Lease or a leader, or with replicas out of its in-sync set (below ``min_in_sync`` its
+    SYNC writes are refused)."""
+    by_name = {lease.broker: lease for lease in leases}
+    problems = []
+    for broker in expected:
+        lease = by_name.get(broker)
+        if lease is None or not lease.leader:
+            problems.append(f"{broker}: no leader")
+        elif len(lease.in_sync) < replicas:
+            refused = "; writes refused" if len(lease.in_sync) < min_in_sync else ""
+            problems.append(f"{broker}: {len(lease.in_sync)}/{replicas} in sync{refused}")
+    return ", ".join(problems)
+
+
 def cluster_conditions(
     infos: Sequence[BrokerInfo],
     *,
@@ -51,12 +88,14 @@ def cluster_conditions(
     blocked: str = "",
     rollout: str = "",
     stuck: str = "",
+    replication: str = "",
 ) -> list[c.Condition]:
     """``replicas`` is what the StatefulSet was given (differs from ``desired`` while blocked).
 
     ``rollout`` describes a rolling update under way ("" when none): the cluster is not
     Ready until it is over (``kubectl wait --for=condition=Ready`` waits for the rollout),
     and ``Reconciling`` says where it is. ``stuck`` says why it stopped (``Degraded``).
+    ``replication``: why a replicated cluster is under-replicated (``Degraded``, last).
     """
     ready = ready_count(infos, desired=desired)
     # A terminating pod is not asked (it is leaving: scale-down, rolling update, eviction).
@@ -97,6 +136,8 @@ def cluster_conditions(
         )
     elif blocked:
         degraded = c.Condition(c.DEGRADED, True, c.SCALE_DOWN_BLOCKED, blocked)
+    elif replication:
+        degraded = c.Condition(c.DEGRADED, True, c.UNDER_REPLICATED, replication)
     else:
         degraded = c.Condition(c.DEGRADED, False, c.AS_EXPECTED)
     return [ready_cond, reconciling, degraded]

@@ -29,6 +29,7 @@ SCALING = "Scaling"
 SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
 ROLLING_UPDATE = "RollingUpdate"  # pods restart one at a time onto a new pod template
 ROLLOUT_STUCK = "RolloutStuck"  # an updated broker is not healthy: the rollout stopped
+UNDER_REPLICATED = "UnderReplicated"  # a replicated set has no leader, or replicas out of sync
 ROLLOUT_COMPLETE = "RolloutComplete"  # Event: every broker on the new template
 BROKER_UPDATED = "BrokerUpdated"  # Event: one broker confirmed, the next may go
 RECONCILED = "Reconciled"

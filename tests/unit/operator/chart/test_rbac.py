@@ -94,8 +94,9 @@ def test_replicas_may_elect_and_label_their_pods_which_the_operator_only_binds()
     assert verbs(replica, "coordination.k8s.io", "leases") >= {"get", "create", "update"}
     assert verbs(replica, "", "pods") == {"get", "list", "patch"}
     operator = one(docs, "ClusterRole", "rel-popfleet")["rules"]
-    # The operator owns the set Leases (apply: get/create/patch); taking them is the stores'.
-    assert verbs(operator, "coordination.k8s.io", "leases") == {"get", "create", "patch"}
+    # The operator owns the set Leases (apply) and lists them for status; taking and renewing
+    # them (update) is the stores'.
+    assert verbs(operator, "coordination.k8s.io", "leases") == {"get", "list", "create", "patch"}
     assert "patch" not in verbs(operator, "", "pods")
     (deployment,) = by_kind(docs, "Deployment")
     env = {
