@@ -167,5 +167,10 @@ def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
             == [second],
         )["status"]["replication"]  # fmt: skip
         assert sets[0]["inSyncReplicas"] == 3 and sets[0]["term"] >= 2
+        # Fewer replicas: the StatefulSet of the index no longer wanted goes, with its pod.
+        story.patch_spec(tb, ns, "brokerclusters", CLUSTER, {"replication": {"replicas": 2}})
+        gone = f"/apis/apps/v1/namespaces/{ns}/statefulsets/{CLUSTER}-r2"
+        wait(tb, ns, lambda: tb.admin.get_or_none(gone) is None, f"StatefulSet {CLUSTER}-r2 gone")
+        wait(tb, ns, lambda: f"{CLUSTER}-r2-0" not in pods_by_name(tb, ns), "its pod leaving")
     finally:
         tb.delete_namespace(ns)

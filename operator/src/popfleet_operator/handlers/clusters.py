@@ -130,6 +130,21 @@ async def plan_replica_rollout(
     )
 
 
+async def prune_replicas(
+    rt: runtime.Runtime, ref: specs.ObjectRef, spec: specs.ClusterSpec, *, status: Mapping[str, Any]
+) -> None:
+    """Replica StatefulSets beyond ``spec.replication.replicas`` go (their pods with them;
+    their claims stay, as on any scale-down). Asked only of a cluster that is or was
+    replicated (its status says so): deleting one that is not there costs a call."""
+    if not spec.replication.enabled and not status.get("replication"):
+        return
+    for replica in range(max(1, spec.replication.replicas), spec.replication.MAX_REPLICAS):
+        name = names.replica_statefulset(ref.name, replica)
+        await rt.kube.delete(
+            kube_client.path("apps/v1", "StatefulSet", namespace=ref.namespace, name=name)
+        )
+
+
 async def apply_children(
     rt: runtime.Runtime,
     ref: specs.ObjectRef,
@@ -250,7 +265,7 @@ def report(
         for i in expected
     ]
     ready = cluster_status.ready_count(with_errors, desired=spec.brokers)
-    replication_fields: dict[str, Any] = {}
+    replication_fields: dict[str, Any] = {"replication": None}  # removed once not replicated
     under = ""
     if leases is not None:
         sets = [names.pod(ref.name, i) for i in range(spec.brokers)]
@@ -375,6 +390,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         replica_partitions=replica_partitions,
     )
     known = bool(sts and (sts["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH))
+    await prune_replicas(rt, ref, spec, status=body.get("status") or {})
     leases = None
     if spec.replication.enabled:
         leases = await kube_client.set_leases(rt.kube, ref.namespace, ref.name)

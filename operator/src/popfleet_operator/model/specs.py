@@ -77,6 +77,8 @@ class ReplicationSpec:
     mode: str = "SYNC"
     min_in_sync_replicas: int = 1
 
+    MAX_REPLICAS = 3  # the CRD's maximum for replicas
+
     @property
     def enabled(self) -> bool:
         return self.replicas > 1
