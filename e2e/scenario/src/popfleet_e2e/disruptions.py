@@ -215,6 +215,21 @@ def _liveness_kills(access: ClusterAccess, pod: str) -> list[str]:
     ]
 
 
+def container_pid(access: ClusterAccess, pod: str, container: str) -> int:
+    """The host PID of ``pod``'s running ``container``, from the node's CRI (crictl)."""
+    if access.node_exec is None:
+        raise ScenarioError("this cluster gives no way to run a command on its node")
+    ids = access.node_exec(
+        ["crictl", "ps", "-q", "--name", f"^{container}$",
+         "--label", f"io.kubernetes.pod.name={pod}",
+         "--label", f"io.kubernetes.pod.namespace={access.namespace}"],
+    ).split()  # fmt: skip
+    if len(ids) != 1:
+        raise ScenarioError(f"want one running {container} container in {pod}, crictl says {ids}")
+    info = json.loads(access.node_exec(["crictl", "inspect", ids[0]]))
+    return int(info["info"]["pid"])
+
+
 def liveness_restarts_a_frozen_broker(story: Story) -> str:
     """SIGSTOP a store process; the kubelet's liveness probe restarts it; the broker recovers."""
     access = story.access
@@ -224,15 +239,7 @@ def liveness_restarts_a_frozen_broker(story: Story) -> str:
     before = int(_container_status(access.get("pod", pod), container).get("restartCount", 0))
     sent_before = len(story.running_traffic().tally.acked)
     story.logbook.collect_brokers(access, [pod])
-    ids = access.node_exec(
-        ["crictl", "ps", "-q", "--name", f"^{container}$",
-         "--label", f"io.kubernetes.pod.name={pod}",
-         "--label", f"io.kubernetes.pod.namespace={access.namespace}"],
-    ).split()  # fmt: skip
-    if len(ids) != 1:
-        raise ScenarioError(f"want one running {container} container in {pod}, crictl says {ids}")
-    info = json.loads(access.node_exec(["crictl", "inspect", ids[0]]))
-    pid = int(info["info"]["pid"])
+    pid = container_pid(access, pod, container)
     frozen_at = time.monotonic()
     access.node_exec(["kill", "-STOP", str(pid)])
 

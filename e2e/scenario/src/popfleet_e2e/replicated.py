@@ -12,16 +12,21 @@ PushConsumers (the official Python client, through the proxy pod like everything
 3. the producer stops; every acknowledged send is consumed (duplicates allowed);
 4. the deleted pod comes back and all three are in sync again.
 
-The summary gives the time from the delete to the first acknowledged send after it.
+Then the same under two more disruptions: the leader's store process SIGKILLed (no
+graceful hand-over; the kubelet restarts the container), and the leader's pod deleted
+with its claim (a lost disk: it comes back empty and catches up as a follower).
+
+Each summary gives the time from the disruption to the first acknowledged send after it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 import yaml
 
-from popfleet_e2e import brokers, conditions, steps, waits
+from popfleet_e2e import brokers, conditions, disruptions, steps, waits
 from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
 from popfleet_e2e.steps import Story
 from popfleet_e2e.traffic import Traffic
@@ -127,10 +132,16 @@ def created(story: Story) -> str:
     return f"{leader} leads {SET}; in sync {sorted(_in_sync(access))}"
 
 
-def leader_lost_under_traffic(story: Story, *, max_s: float = 600.0) -> str:
-    """Delete the leader's pod mid-traffic; sends resume on the new leader and every
-    acknowledged one is consumed. Then the replicated cluster goes (its logs kept for the
-    log check; its Leases go with it, which the uninstall step checks)."""
+def _survives(
+    story: Story,
+    disrupt: Callable[[ClusterAccess, str], str],
+    *,
+    new_leader: bool,
+    max_s: float = 600.0,
+) -> str:
+    """Traffic on the set; ``disrupt(access, leader)`` (says what it did); then a settled
+    leader (another one when ``new_leader``), acknowledged sends again, every acknowledged
+    send consumed, and all three replicas back in sync."""
     access = story.access
     endpoints = brokers.bootstrap(access, [], cluster=CLUSTER)
     traffic = Traffic(
@@ -146,20 +157,21 @@ def leader_lost_under_traffic(story: Story, *, max_s: float = 600.0) -> str:
         )  # fmt: skip
         first = _holder(access)
         if first is None:
-            raise ScenarioError(f"no leader before the delete: {describe(access)}")
+            raise ScenarioError(f"no leader before the disruption: {describe(access)}")
         before = len(tally.acked)
-        story.logbook.collect_brokers(access, [first])  # its logs go with the pod
-        deleted_at = time.monotonic()
-        access.kubectl("delete", "pod", first, "-n", access.namespace, "--wait=false")
+        story.logbook.collect_brokers(access, sorted(_pods(access)))  # logs go with pods
+        started = time.monotonic()
+        did = disrupt(access, first)
         resumed: list[float] = []
 
         def sending_again() -> bool:
             if len(tally.acked) > before + 1 and not resumed:
-                resumed.append(time.monotonic() - deleted_at)
+                resumed.append(time.monotonic() - started)
             return len(tally.acked) >= before + AFTER_FAILOVER
 
         second = waits.until(
-            lambda: _settled(access, not_=first), timeout_s=180, what="a new settled leader",
+            lambda: _settled(access, not_=first if new_leader else None), timeout_s=180,
+            what="a new settled leader" if new_leader else "a settled leader",
             seen=lambda: describe(access),
         )  # fmt: skip
         waits.until(
@@ -168,15 +180,57 @@ def leader_lost_under_traffic(story: Story, *, max_s: float = 600.0) -> str:
         )  # fmt: skip
         steps.drained(traffic, timeout_s=180)
         waits.until(
-            lambda: _in_sync(access) == PODS and first in _pods(access), timeout_s=240,
-            what=f"{first} back and all three in sync", seen=lambda: describe(access),
+            lambda: _in_sync(access) == PODS and set(_pods(access)) == PODS, timeout_s=240,
+            what="all three replicas back and in sync", seen=lambda: describe(access),
         )  # fmt: skip
     finally:
         traffic.stop()
-    story.logbook.collect_brokers(access, sorted(_pods(access)))
-    access.kubectl("delete", "brokercluster", CLUSTER, "-n", access.namespace, timeout_s=180)
     gap = f"{resumed[0]:.1f}s" if resumed else "n/a"
     return (
-        f"{first} deleted, {second} leads; sends acknowledged again {gap} after the delete; "
+        f"{did}; {second} leads; sends acknowledged again {gap} after; "
         f"all {len(tally.acked)} acknowledged consumed ({tally.describe()})"
     )
+
+
+def _delete_pod(access: ClusterAccess, leader: str) -> str:
+    access.kubectl("delete", "pod", leader, "-n", access.namespace, "--wait=false")
+    return f"{leader} (leader) pod deleted"
+
+
+def _kill_store(access: ClusterAccess, leader: str) -> str:
+    pid = disruptions.container_pid(access, leader, "store")  # raises without node_exec
+    if access.node_exec is not None:
+        access.node_exec(["kill", "-KILL", str(pid)])
+    return f"{leader} (leader) store process SIGKILLed"
+
+
+def _delete_pod_and_claim(access: ClusterAccess, leader: str) -> str:
+    """The leader's disk lost: its claim deleted (held by the pod's protection until the
+    pod goes), then the pod; it comes back empty and must catch up as a follower."""
+    claim = f"data-{leader}"
+    access.kubectl("delete", "pvc", claim, "-n", access.namespace, "--wait=false")
+    access.kubectl("delete", "pod", leader, "-n", access.namespace, "--wait=false")
+    return f"{leader} (leader) pod and its claim {claim} deleted"
+
+
+def leader_lost_under_traffic(story: Story) -> str:
+    """Delete the leader's pod mid-traffic: another replica leads, nothing acknowledged
+    is lost."""
+    return _survives(story, _delete_pod, new_leader=True)
+
+
+def leader_store_killed_under_traffic(story: Story) -> str:
+    """SIGKILL the leader's store process mid-traffic (no graceful hand-over): a leader
+    again (the restarted one may lead on), nothing acknowledged is lost."""
+    return _survives(story, _kill_store, new_leader=False)
+
+
+def leader_disk_lost_under_traffic(story: Story) -> str:
+    """Delete the leader's pod and claim mid-traffic; it rejoins empty and catches up;
+    nothing acknowledged is lost. Then the replicated cluster goes (its logs kept for the
+    log check; its Leases go with it, which the uninstall step checks)."""
+    access = story.access
+    summary = _survives(story, _delete_pod_and_claim, new_leader=True)
+    story.logbook.collect_brokers(access, sorted(_pods(access)))
+    access.kubectl("delete", "brokercluster", CLUSTER, "-n", access.namespace, timeout_s=180)
+    return summary

@@ -127,6 +127,14 @@ REPLICATED: tuple[Step, ...] = (
         "the replicated set loses its leader pod under traffic; nothing acknowledged lost",
         replicated.leader_lost_under_traffic,
     ),
+    Step(
+        "the leader's store process SIGKILLed under traffic; nothing acknowledged lost",
+        replicated.leader_store_killed_under_traffic,
+    ),
+    Step(
+        "the leader's pod and disk (claim) deleted under traffic; it rejoins empty, catches up",
+        replicated.leader_disk_lost_under_traffic,
+    ),
 )
 
 # On a real cluster (kind) the story also shows what only kubelets, a CNI with NetworkPolicy
