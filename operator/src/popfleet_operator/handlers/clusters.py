@@ -133,16 +133,19 @@ async def plan_replica_rollout(
 async def prune_replicas(
     rt: runtime.Runtime, ref: specs.ObjectRef, spec: specs.ClusterSpec, *, status: Mapping[str, Any]
 ) -> None:
-    """Replica StatefulSets beyond ``spec.replication.replicas`` go (their pods with them;
-    their claims stay, as on any scale-down). Asked only of a cluster that is or was
-    replicated (its status says so): deleting one that is not there costs a call."""
+    """Replica StatefulSets beyond ``spec.replication.replicas`` are scaled to 0: their pods
+    go, their claims stay (as on any scale-down), and the StatefulSet itself stays until
+    the cluster goes (the operator may patch StatefulSets, never delete them); raising
+    ``replicas`` again brings the pods back on their claims, as followers that catch up.
+    Asked only of a cluster that is or was replicated (its status says so)."""
     if not spec.replication.enabled and not status.get("replication"):
         return
     for replica in range(max(1, spec.replication.replicas), spec.replication.MAX_REPLICAS):
         name = names.replica_statefulset(ref.name, replica)
-        await rt.kube.delete(
-            kube_client.path("apps/v1", "StatefulSet", namespace=ref.namespace, name=name)
-        )
+        url = kube_client.path("apps/v1", "StatefulSet", namespace=ref.namespace, name=name)
+        found = await rt.kube.get_or_none(url)
+        if found is not None and (found.get("spec") or {}).get("replicas") != 0:
+            await rt.kube.patch_merge(url, {"spec": {"replicas": 0}})
 
 
 async def apply_children(

@@ -23,12 +23,11 @@ def test_namespaced_rules_are_exactly_what_the_operator_uses() -> None:
     assert verbs(rules, "popfleet.io", "topics/status") == {"get", "patch"}
     assert verbs(rules, "", "pods") == {"get", "list", "watch"}
     assert verbs(rules, "", "secrets") == {"get", "create"}  # create: replication tokens
-    assert verbs(rules, "apps", "statefulsets") == {"get", "create", "patch", "delete"}
+    assert verbs(rules, "apps", "statefulsets") == {"get", "create", "patch"}
     for rule in rules:
         assert "*" not in rule["verbs"] and "*" not in rule["resources"]
-        if "delete" in rule["verbs"]:  # audit runs beyond the history limits, and the
-            # replica StatefulSets a replicated cluster no longer wants
-            assert set(rule["resources"]) <= {"jobs", "sparkapplications", "statefulsets"}
+        if "delete" in rule["verbs"]:  # only audit runs beyond the history limits
+            assert set(rule["resources"]) <= {"jobs", "sparkapplications"}
 
 
 def test_audit_rules_cover_runs_identity_and_only_binding_the_driver_role() -> None:
