@@ -198,12 +198,12 @@ async def admin_token(kube: Kube, namespace: str, spec: ClusterSpec) -> str | No
 
 
 async def set_leases(kube: Kube, namespace: str, cluster: str) -> list[SetLease]:
-    """A replicated cluster's set Leases (label ``popfleet.io/cluster``), by name."""
+    """A replicated cluster's set Leases (label ``popfleet.io/cluster``)."""
     raw = await kube.items(
         path("coordination.k8s.io/v1", "Lease", namespace=namespace),
         label_selector=f"{names.LABEL_CLUSTER}={cluster}",
     )
-    return sorted((set_lease(r) for r in raw), key=lambda lease: lease.broker)
+    return [set_lease(r) for r in raw]  # status orders them by the declared sets
 
 
 async def broker_pod_views(

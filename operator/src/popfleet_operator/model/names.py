@@ -56,6 +56,9 @@ LABEL_CLUSTER = f"{GROUP}/cluster"
 LABEL_REPLICA_INDEX = f"{GROUP}/replica-index"
 LABEL_LEADER = f"{GROUP}/leader"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
+# What the stores write on a set's Lease (popbroker.replicator.leases; read for status).
+TERM_ANNOTATION = f"{GROUP}/term"
+IN_SYNC_ANNOTATION = f"{GROUP}/in-sync"  # comma-separated replica (pod) names
 BROKER_APP = "popfleet-broker"
 OPERATOR_APP = "popfleet-operator"
 AUDIT_ROLE_LABEL = f"{GROUP}/role"

@@ -156,10 +156,10 @@ def set_lease(raw: Mapping[str, Any]) -> SetLease:
     meta, spec = raw["metadata"], raw.get("spec") or {}
     annotations = meta.get("annotations") or {}
     try:
-        term = int(annotations.get("popfleet.io/term", "0"))
+        term = int(annotations.get(names.TERM_ANNOTATION, "0"))
     except ValueError:
         term = 0
-    members = str(annotations.get("popfleet.io/in-sync", ""))
+    members = str(annotations.get(names.IN_SYNC_ANNOTATION, ""))
     return SetLease(
         broker=str(meta["name"]),
         leader=str(spec.get("holderIdentity") or ""),
