@@ -9,6 +9,7 @@ the Lease's holder, and no other, carries the leader label."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, cast
 
@@ -76,6 +77,20 @@ async def _replica(
     )  # fmt: skip
 
 
+async def _rounds_until(
+    done: Callable[[], bool], step: Callable[[], Awaitable[None]], clock: Clock
+) -> None:
+    """``step`` (a round of every live replica) until ``done``, the shared clock one round on
+    each time; at most ``ROUNDS``."""
+    for _ in range(ROUNDS):
+        await step()
+        if done():
+            return
+        await asyncio.sleep(0.05)  # the followers' connections move between rounds
+        clock.ms += RETRY_MS
+    raise AssertionError("the set did not get there within its rounds")
+
+
 def _message(i: int) -> list[MessageToAppend]:
     return [
         MessageToAppend(
@@ -100,15 +115,12 @@ async def test_the_leader_dies_and_no_acknowledged_write_is_lost(
     replicas = {name: await replica(name) for name in "abc"}
     live = dict(replicas)
 
-    async def rounds_until(done: object) -> None:
-        for _ in range(ROUNDS):
-            for r in list(live.values()):  # one after another: the first to ask leads
-                await r.round()
-            if done():  # type: ignore[operator]
-                return
-            await asyncio.sleep(0.05)  # the followers' connections move between rounds
-            clock.ms += RETRY_MS
-        raise AssertionError("the set did not get there within its rounds")
+    async def step() -> None:
+        for r in list(live.values()):  # one after another: the first to ask leads
+            await r.round()
+
+    async def rounds_until(done: Callable[[], bool]) -> None:
+        await _rounds_until(done, step, clock)
 
     try:
         await rounds_until(

@@ -146,7 +146,9 @@ async def test_a_restarted_follower_keeps_the_config_and_offsets(
 
 
 def _served(store: LocalStore, appends: SyncAppends | None) -> ReplicatedStore:
-    replica = SimpleNamespace(store=store, name="f1", appends=appends, fenced_writes=0)
+    replica = SimpleNamespace(
+        store=store, name="f1", appends=appends, fenced_writes=0, leads_now=appends is not None
+    )  # a leader within its renew deadline, or a follower
     return ReplicatedStore(cast(Replica, replica))
 
 

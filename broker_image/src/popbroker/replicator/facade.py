@@ -1,7 +1,8 @@
 """The store as a replica serves it to popack, revive and the admin API (issue 18).
 
 Reads go to the local store. Writes go to the leader only; a follower refuses every one
-with ``NotLeader`` (nothing is written there that the leader would not hold):
+with ``NotLeader`` (nothing is written there that the leader would not hold), and so does a
+leader whose last renewal is older than its renew deadline (cut off from the API server):
 
 * log writes (``append``, ``append_records``) go through the leader's SYNC appends
   (:class:`~popbroker.replicator.wire.SyncAppends`);
@@ -52,8 +53,10 @@ class ReplicatedStore:
         return self._replica.figures()
 
     def _leading(self) -> SyncAppends:
+        """The leader's appends; ``NotLeader`` on a follower, and on a leader whose last
+        renewal is past the renew deadline (``Replica.leads_now``): another may lead by now."""
         appends = self._replica.appends
-        if appends is None:
+        if appends is None or not self._replica.leads_now:
             self._replica.fenced_writes += 1
             raise NotLeader(f"{self._replica.name} does not lead its broker set now")
         return appends

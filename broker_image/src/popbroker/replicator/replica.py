@@ -12,6 +12,13 @@ other replica runs a Lease step. Then it acts on what the Lease says:
   after it ends, to the holder's address in ``peers``), and stops leading if it was.
 * it may no longer serve (its renewal is older than the deadline): it stops leading.
 
+A round cannot outlast the renew deadline (:meth:`Replica.bounded_round`): an API server
+that stops answering (a partition drops the packets, nothing refuses them) would otherwise
+hold the round, and the leader with it, for as long as the client waits. And whatever the
+rounds do, a leader refuses writes once its last renewal is older than the deadline
+(:attr:`Replica.leads_now`, checked on every write): by then another replica may hold the
+next term.
+
 Only the leader's :attr:`Replica.appends` accepts writes; a follower has none.
 
 The Lease also carries what routes need: the set's name and the holder's client endpoint
@@ -78,9 +85,13 @@ class Replica:
         pods: client.CoreV1Api | None = None,
         synchronous: bool = True,
         listen: tuple[str, int] | None = None,
+        round_timeout_s: float | None = None,
     ) -> None:
         """``listen``: where this replica serves followers while it leads, published on
-        the Lease for them (no DNS); None: its own ``peers`` address, not published."""
+        the Lease for them (no DNS); None: its own ``peers`` address, not published.
+        ``round_timeout_s``: the real-time bound of :meth:`bounded_round` (default the renew
+        deadline: a round slower than that could not have kept the Lease anyway)."""
+        self._round_timeout_s = round_timeout_s or renew_deadline_ms / 1000
         self.store = store
         self.name = name
         self._peers = dict(peers)
@@ -122,6 +133,36 @@ class Replica:
         self._last_term = 0
         self.term_changes = 0  # terms seen begin since this replica started (metrics)
         self.fenced_writes = 0  # writes refused because it did not lead (metrics)
+
+    @property
+    def leads_now(self) -> bool:
+        """Leading, and renewed within the renew deadline by this replica's clock: only then
+        may a write be taken (a leader cut off from the API server stops here, before its
+        round notices)."""
+        return self.leader is not None and self.coordinator.may_serve()
+
+    async def bounded_round(self) -> Standing | None:
+        """:meth:`round`, given at most ``round_timeout_s``; None when it failed or timed out
+        (logged). Either way a leader whose renewal is past the deadline steps down here, so
+        a hung or failing API server cannot keep it leading."""
+        try:
+            return await asyncio.wait_for(self.round(), self._round_timeout_s)
+        except TimeoutError:
+            log.warning(
+                "replica %s: round timed out after %.1fs (API server unreachable?)",
+                self.name, self._round_timeout_s,
+            )  # fmt: skip
+            return None
+        except Exception:
+            log.warning("replica %s: round failed", self.name, exc_info=True)
+            return None
+        finally:
+            if self.leader is not None and not self.coordinator.may_serve():
+                log.warning(
+                    "%s: no renewal within the renew deadline: stops leading term %d",
+                    self.name, self.leader.term,
+                )  # fmt: skip
+                await self._step_down()
 
     async def round(self) -> Standing:
         standing = await (self._duty.round() if self._duty else self.coordinator.step())

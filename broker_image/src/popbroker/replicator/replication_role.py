@@ -189,13 +189,10 @@ async def replicated(
 
 async def _rounds(replica: Replica, options: ReplicationOptions) -> None:
     while True:
-        try:
-            standing = await replica.round()
-            log.debug("replica %s: %s", replica.name, standing)
-        except Exception:
-            log.warning("replica %s: round failed", replica.name, exc_info=True)
+        standing = await replica.bounded_round()  # never longer than the renew deadline
+        log.debug("replica %s: %s", replica.name, standing)
         leader = replica.leader
-        mark_leading(options.leader_file, leader.term if leader is not None else None)
+        mark_leading(options.leader_file, leader.term if replica.leads_now and leader else None)
         await asyncio.sleep(options.retry_ms / 1000)
 
 
