@@ -17,6 +17,8 @@ or refuse when the histories share nothing.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+
 from popbroker.replication import stream
 from popbroker.replication.rules import (
     EpochEntry,
@@ -79,6 +81,26 @@ class FollowerLog:
             commit_offset=min(self.state.commit_offset, point),
         )  # fmt: skip
         return self.state.end
+
+    async def begin_at(
+        self,
+        start: int,
+        queues: Mapping[tuple[str, int], int],
+        epochs: Sequence[tuple[int, int]],
+        *,
+        term: int,
+    ) -> stream.FollowerState:
+        """Begin this log at ``start``, where the leader's begins (its head went with
+        retention): everything held here lies below it (``LocalStore.begin_log_at``)."""
+        if start <= self.state.end:
+            raise ReplicationRuleError(
+                f"the leader's log begins at {start}, within this log (ends {self.state.end})"
+            )
+        await self._store.begin_log_at(start, queues, epochs)
+        self.state = stream.FollowerState(
+            history_of(self._store), self._store.commitlog.end, term=term, commit_offset=start
+        )
+        return self.state
 
     async def apply(self, frame: stream.Frame) -> stream.FollowerState:
         """Apply one frame: checked, its epoch recorded before its bytes, then written."""

@@ -10,6 +10,10 @@ kind  direction           payload
 H     follower → leader   u16 len + token, i32 follower's term, u16 len + its name
 E     leader → follower   i32 term, i64 log end, u32 n, n times (i32 epoch, i64 start)
 F     follower → leader   i64 the offset to stream from (after its cut)
+B     leader → follower   i64 the leader's log start, JSON: each queue's first offset there
+                          and the epochs begun by then; the answer to an F below the
+                          leader's log start (retention took the head): the follower
+                          begins its log there (``LocalStore.begin_log_at``), then sends F
 R     leader → follower   a replication frame (``popbroker.replication.stream``)
 A     follower → leader   i64 the follower's log end, durable as its flush mode promises
 S     leader → follower   i64 config generation, i64 offsets version, JSON: the config
@@ -43,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import struct
 from collections.abc import Callable, Sequence
@@ -161,10 +166,17 @@ class Leader:
         name = "?"
         try:
             name = await self._hello(reader, writer)
-            kind, payload = await _receive(reader)
-            if kind != b"F" or len(payload) != _I64.size:
-                raise ReplicationRefused("expected F")
-            (offset,) = _I64.unpack(payload)
+            offset = await _receive_offset(reader)
+            start, queues, epochs = self._store.log_head()
+            if offset < start:  # the follower ends before this log begins: it begins there
+                log.info("replication to %s: its log ends at %d, this one begins at %d",
+                         name, offset, start)  # fmt: skip
+                head = {"queues": [[t, q, n] for (t, q), n in sorted(queues.items())],
+                        "epochs": [list(e) for e in epochs]}  # fmt: skip
+                await _send(writer, b"B", _I64.pack(start) + json.dumps(head).encode())
+                offset = await _receive_offset(reader)
+                if offset < self._store.commitlog.min_offset:
+                    raise ReplicationRefused(f"asked for {offset}, below the log's start")
             self.config_acked.pop(name, None)  # a new connection starts from a full snapshot
             acks = asyncio.create_task(self._read_acks(reader, name))
             try:
@@ -243,6 +255,25 @@ class Leader:
                     await asyncio.wait_for(self._grew.wait(), self._heartbeat_s)
 
 
+async def _receive_offset(reader: asyncio.StreamReader) -> int:
+    kind, payload = await _receive(reader)
+    if kind != b"F" or len(payload) != _I64.size:
+        raise ReplicationRefused("expected F")
+    return int(_I64.unpack(payload)[0])
+
+
+def _log_head(payload: bytes) -> tuple[int, dict[tuple[str, int], int], list[tuple[int, int]]]:
+    """A ``B`` message: the leader's log start, queue starts and epochs."""
+    try:
+        (start,) = _I64.unpack_from(payload)
+        head = json.loads(payload[_I64.size :])
+        queues = {(str(t), int(q)): int(n) for t, q, n in head["queues"]}
+        epochs = [(int(e), int(s)) for e, s in head["epochs"]]
+    except (struct.error, ValueError, KeyError, TypeError) as exc:
+        raise ReplicationRefused(f"malformed B: {exc}") from exc
+    return int(start), queues, epochs
+
+
 class Follower:
     """Follows a leader into a follower's store (module docstring)."""
 
@@ -292,8 +323,11 @@ class Follower:
                 elif kind == b"R":
                     state = await self.log.apply(stream.decode(payload))
                     await _send(writer, b"A", _I64.pack(state.end))
+                elif kind == b"B":  # the leader's log begins past this one's end
+                    state = await self.log.begin_at(*_log_head(payload), term=term)
+                    await _send(writer, b"F", _I64.pack(state.end))
                 else:
-                    raise ReplicationRefused("expected R or S")
+                    raise ReplicationRefused("expected R, S or B")
                 async with self.progress:
                     self.progress.notify_all()
         finally:

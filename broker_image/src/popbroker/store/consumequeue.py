@@ -89,6 +89,22 @@ class ConsumeQueue:
         self.file.start_position(queue_offset * fmt.CQ_ENTRY_SIZE)
         self.min_queue_offset = queue_offset
 
+    def begin_at(self, queue_offset: int) -> None:
+        """Make an empty queue begin at ``queue_offset`` durably (a follower whose log begins
+        where its leader's retention left it, issue 18): the file that holds the offset is
+        written with :data:`~popbroker.store.format.CQ_BELOW_LOG` entries below it, which
+        read as records retention took: :meth:`advance_min` moves past them when the
+        store opens again."""
+        if self.file.bases or self.max_queue_offset:
+            raise ValueError(f"{self.topic}/{self.queue_id}: begin_at on a non-empty queue")
+        position = queue_offset * fmt.CQ_ENTRY_SIZE
+        base = position - position % self.file.segment_bytes
+        self.file.start_position(base)
+        below = fmt.encode_cq_entry(*fmt.CQ_BELOW_LOG)
+        self.file.append(below * ((position - base) // fmt.CQ_ENTRY_SIZE))
+        self.file.flush()
+        self.min_queue_offset = queue_offset
+
     def entries(self, queue_offset: int, count: int) -> list[Entry]:
         """Up to ``count`` entries from ``queue_offset`` (fewer at a file end or the tail)."""
         return [

@@ -39,7 +39,10 @@ Consume-queue entry: exactly 20 bytes, big-endian::
 Entry ``n`` of a queue lives at byte ``(n - file_first_offset) * 20`` of the file
 named after ``file_first_offset``. An all-zero entry is never valid (record 0
 sits at physical offset 0 but has a non-zero size), which is how a reader spots a
-hole left by a crash.
+hole left by a crash. The entry ``(-1, 1, 0)`` (:data:`CQ_BELOW_LOG`) stands for a record
+below the log's start: a queue that begins mid-log (a follower begun where its leader's
+retention left it) is written with it up to its first offset; nothing reads it, and
+opening the store moves the queue's minimum past it as past any record retention took.
 """
 
 from __future__ import annotations
@@ -70,6 +73,7 @@ FILLER_MIN = 5  # total_size (4) + magic (1)
 
 CQ_ENTRY = struct.Struct(">qIq")
 CQ_ENTRY_SIZE = CQ_ENTRY.size  # 20
+CQ_BELOW_LOG = (-1, 1, 0)  # an entry for a record below the log's start (docstring)
 
 PROPERTY_SEPARATOR = "\x01"
 PAIR_SEPARATOR = "\x02"

@@ -54,7 +54,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -674,6 +674,64 @@ class LocalStore:
                 self.commitlog.file.truncate(physical_offset)
                 self.commitlog.file.flush()
                 self._write_checkpoint_locked()  # the queues' new maxima
+        finally:
+            self.flusher.start()
+
+    def log_head(self) -> tuple[int, dict[QueueKey, int], tuple[tuple[int, int], ...]]:
+        """Where this log begins, for a follower whose log ends before it (retention took the
+        head): the first physical offset held, each consume queue's first queue offset
+        there, and the epochs that begin at or before it (issue 18)."""
+        with self._lock:
+            start = self.commitlog.min_offset
+            queues = {key: cq.min_queue_offset for key, cq in self._cqs.items()}
+            return start, queues, tuple(e for e in self._epochs if e[1] <= start)
+
+    async def begin_log_at(
+        self,
+        physical_offset: int,
+        queues: Mapping[QueueKey, int],
+        epochs: Sequence[tuple[int, int]],
+    ) -> None:
+        """A follower's side when its leader's log begins past this log's end (the head went
+        with the leader's retention, so no replica holds it): drop this whole log and every
+        consume queue, durably, and begin empty at ``physical_offset`` (a segment start, the
+        leader's :meth:`log_head`), each queue at the leader's first offset there, with the
+        leader's epochs up to it. What goes lies below the leader's log start. Crash-safe
+        in this order: the checkpoint to 0 (valid for any log), the epochs, the files, the
+        new empty first segment, then the checkpoint at ``physical_offset``; a crash between
+        leaves a log the next connection begins again."""
+        with self._lock:
+            end = self.commitlog.end
+            if physical_offset <= end or physical_offset % self.settings.segment_bytes:
+                raise InvalidArgument(
+                    f"cannot begin the log at {physical_offset}: it must be a segment start "
+                    f"past this log's end {end}"
+                )
+            if any(start > physical_offset for _, start in epochs):
+                raise InvalidArgument(f"epochs {list(epochs)} start past {physical_offset}")
+        await self.flusher.wait_flushed(end)
+        await asyncio.to_thread(self.flusher.stop)
+        try:
+            with self._lock:
+                self.dispatch_upto_locked(self.commitlog.end)
+                self.flusher.flushed_position = 0
+                self._dispatched_position = 0
+                self._write_checkpoint_locked()
+                self._write_epochs_locked(sorted(epochs))
+                for cq in self._cqs.values():
+                    cq.destroy()
+                self._cqs.clear()
+                self._next_queue_offset.clear()
+                self.commitlog.file.delete_all()
+                self.commitlog.file.start_position(physical_offset)
+                self.commitlog.file.append(b"")  # the first segment, empty: the log's start
+                self.commitlog.file.flush()
+                for (topic, queue_id), queue_offset in sorted(queues.items()):
+                    self._open_cq(topic, queue_id).begin_at(queue_offset)
+                    self._next_queue_offset[(topic, queue_id)] = queue_offset
+                self.flusher.flushed_position = physical_offset
+                self._dispatched_position = physical_offset
+                self._write_checkpoint_locked()
         finally:
             self.flusher.start()
 
