@@ -162,9 +162,10 @@ def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
         wait(tb, ns, lambda: in_sync(tb, ns) == REPLICA_PODS, "three in sync again")
         assert holder(tb, ns) == second
         # The BrokerCluster's status names the new leader and its term, and Degraded is
-        # False once all three are in sync again.
+        # False once all three are in sync again: the Lease's new in-sync set wakes the
+        # cluster (wakeups.lease_changed), well before the 60 s resync would.
         sets = story.wait_condition(
-            tb, ns, "brokerclusters", CLUSTER, "Degraded", status="False", timeout_s=120,
+            tb, ns, "brokerclusters", CLUSTER, "Degraded", status="False", timeout_s=30,
             also=lambda obj: [s.get("leader") for s in obj["status"].get("replication", [])]
             == [second],
         )["status"]["replication"]  # fmt: skip

@@ -26,6 +26,7 @@ from popfleet_operator.clients.brokers import BrokerPool
 from popfleet_operator.clients.slots import PrioritySlots
 from popfleet_operator.errors import OperatorError
 from popfleet_operator.handlers import metrics
+from popfleet_operator.model.observations import SetLease
 from popfleet_operator.planning import backoff
 from popfleet_operator.planning.silence import BrokerSilence
 from popfleet_operator.status import conditions as c
@@ -62,6 +63,9 @@ class Runtime:
     epochs: clusterviews.ClusterViews[dict[str, str]] = field(init=False)
     rounds: PrioritySlots = field(init=False)
     silence: BrokerSilence = field(init=False)
+    # Each set Lease as last seen by ``wakeups.lease_changed`` ((namespace, name) -> it):
+    # renewals that change nothing status shows are dropped there without an API call.
+    leases: dict[tuple[str, str], SetLease] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         load = functools.partial(clusterviews.load, self.kube)

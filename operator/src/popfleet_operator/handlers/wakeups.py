@@ -15,6 +15,11 @@ the resync timers. Two annotations turn that into ordinary kopf update events::
       -> topics.changed / groups.changed -> fanning.reconcile: apply + read back on every
            broker; Event Reapplied from fanning.report, which observes the re-apply
 
+A replicated cluster's set Leases wake it the same way (``lease_changed``: annotation
+``popfleet.io/leases``) when a leader, term or in-sync set changes, so ``status.replication``
+and the ``Degraded`` condition follow a failover or a follower falling out within seconds;
+the renewals in between (one a second per set) are dropped in memory.
+
 Both the pod event and any event of the BrokerCluster (``cluster_event``) also invalidate
 the cluster's shared view (``clients.clusterviews``), so the rounds they wake read the new
 pods and spec rather than a view up to ``POPFLEET_CLUSTER_VIEW_TTL_S`` old.
@@ -33,7 +38,7 @@ import kopf
 
 from popfleet_operator.clients import kube as kube_client
 from popfleet_operator.handlers import runtime
-from popfleet_operator.model import names, specs
+from popfleet_operator.model import names, observations, specs
 from popfleet_operator.status import clusters as cluster_status
 
 CLUSTER = "BrokerCluster"
@@ -67,6 +72,39 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     value = cluster_status.pods_fingerprint([*pods, *(p for p in serving if p not in pods)])
     if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
         await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
+
+
+@kopf.on.event("coordination.k8s.io", "v1", "leases", labels={names.LABEL_CLUSTER: kopf.PRESENT})
+async def lease_changed(
+    *,
+    type: str | None,  # kopf names the event type so
+    body: kopf.Body,
+    namespace: str | None,
+    labels: kopf.Labels,
+    memo: Any,
+    **_: Any,
+) -> None:
+    """A replicated set's Lease changed leader, term or in-sync set: wake its BrokerCluster
+    (``popfleet.io/leases`` = the fingerprint of its set Leases). A renewal that changes none
+    of those is dropped here without an API call."""
+    rt = runtime.get(memo)
+    ns = namespace or ""
+    key = (ns, str(body["metadata"]["name"]))
+    if type == "DELETED":
+        rt.leases.pop(key, None)
+        return
+    lease = observations.set_lease(body)
+    if rt.leases.get(key) == lease:
+        return
+    rt.leases[key] = lease
+    cluster = labels[names.LABEL_CLUSTER]
+    url = kube_client.path(names.API_VERSION, CLUSTER, namespace=ns, name=cluster)
+    found = await rt.kube.get_or_none(url)
+    if found is None or found["metadata"].get("deletionTimestamp"):
+        return
+    value = cluster_status.leases_fingerprint(await kube_client.set_leases(rt.kube, ns, cluster))
+    if (found["metadata"].get("annotations") or {}).get(names.LEASES) != value:
+        await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.LEASES: value}}})
 
 
 @kopf.on.event(names.GROUP, names.VERSION, "brokerclusters")

@@ -69,6 +69,7 @@ MANAGED = f"{GROUP}/managed"  # "false": never touch the brokers for this object
 CONFIG_HASH = f"{GROUP}/config-hash"  # on the pod template: rolls the pods on a settings change
 BROKERS = f"{GROUP}/brokers"  # set by the operator on Topics/ConsumerGroups: brokers changed
 PODS = f"{GROUP}/pods"  # set by the operator on a BrokerCluster: its pods changed
+LEASES = f"{GROUP}/leases"  # set by the operator: a set Lease changed leader, term or in-sync
 # On the StatefulSet (not its template): a hash of the pod template the operator last applied,
 # so a round can tell that its apply changes the template (a rollout starts) before the
 # StatefulSet controller has computed the new revision.

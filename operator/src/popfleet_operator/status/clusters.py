@@ -158,6 +158,13 @@ def fingerprint(entries: Sequence[Mapping[str, Any]]) -> str:
     return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
 
 
+def leases_fingerprint(leases: Sequence[SetLease]) -> str:
+    """A replicated cluster's set Leases as status shows them: leader, term, in-sync set
+    (not the renewals, which change every round and show nothing new)."""
+    key = sorted((lease.broker, lease.leader, lease.term, list(lease.in_sync)) for lease in leases)
+    return hashlib.sha256(json.dumps(key).encode()).hexdigest()[:16]
+
+
 def pods_fingerprint(pods: Sequence[BrokerPod]) -> str:
     """The broker pods as far as the cluster reconciler cares: name, IP, ready, leaving,
     revision (a rolling update moves on when a pod comes back) and a container problem."""

@@ -94,9 +94,10 @@ def test_replicas_may_elect_and_label_their_pods_which_the_operator_only_binds()
     assert verbs(replica, "coordination.k8s.io", "leases") >= {"get", "create", "update"}
     assert verbs(replica, "", "pods") == {"get", "list", "patch"}
     operator = one(docs, "ClusterRole", "rel-popfleet")["rules"]
-    # The operator owns the set Leases (apply) and lists them for status; taking and renewing
-    # them (update) is the stores'.
-    assert verbs(operator, "coordination.k8s.io", "leases") == {"get", "list", "create", "patch"}
+    # The operator owns the set Leases (apply), lists them for status and watches them to wake
+    # the cluster on a failover; taking and renewing them (update) is the stores'.
+    leases = verbs(operator, "coordination.k8s.io", "leases")
+    assert leases == {"get", "list", "watch", "create", "patch"}
     assert "patch" not in verbs(operator, "", "pods")
     (deployment,) = by_kind(docs, "Deployment")
     env = {
