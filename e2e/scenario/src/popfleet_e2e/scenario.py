@@ -132,6 +132,10 @@ REPLICATED: tuple[Step, ...] = (
         replicated.leader_store_killed_under_traffic,
     ),
     Step(
+        "the leader isolated by NetworkPolicy under traffic; it is fenced, rejoins, follows",
+        replicated.leader_isolated_under_traffic,
+    ),
+    Step(
         "the leader's pod and disk (claim) deleted under traffic; it rejoins empty, catches up",
         replicated.leader_disk_lost_under_traffic,
     ),

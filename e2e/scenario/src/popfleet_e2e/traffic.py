@@ -17,6 +17,7 @@ its messages (FAILURE, so a nack, never an ack) when ``stop`` releases it.
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -48,6 +49,7 @@ class Tally:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     acked: dict[bytes, str] = field(default_factory=dict)  # body -> message id
+    ack_times: list[float] = field(default_factory=list)  # time.monotonic() of each, in order
     failed_sends: list[str] = field(default_factory=list)
     consumed: dict[bytes, int] = field(default_factory=dict)  # healthy consumers only
     held: set[bytes] = field(default_factory=set)  # taken by the hung consumer
@@ -55,6 +57,7 @@ class Tally:
     def sent(self, body: bytes, message_id: str) -> None:
         with self.lock:
             self.acked[body] = message_id
+            self.ack_times.append(time.monotonic())
 
     def send_failed(self, body: bytes, error: str) -> None:
         with self.lock:
@@ -67,6 +70,15 @@ class Tally:
     def hold(self, body: bytes) -> None:
         with self.lock:
             self.held.add(body)
+
+    def longest_pause(self, after: float) -> tuple[float, float] | None:
+        """The longest time between two acknowledged sends, the later one after ``after``
+        (a monotonic time), and when it ended, relative to ``after``: how long the producer
+        could not get a send acknowledged across a disruption at ``after``."""
+        with self.lock:
+            times = list(self.ack_times)
+        pauses = [(b - a, b - after) for a, b in itertools.pairwise(times) if b > after]
+        return max(pauses) if pauses else None
 
     def missing(self) -> list[bytes]:
         """Acknowledged sends no healthy consumer has consumed yet."""
