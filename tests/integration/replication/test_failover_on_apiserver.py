@@ -15,7 +15,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client
 
-from popbroker.replicator.podlabels import LEADER_LABEL, SET_LABEL
+from popbroker.replicator.podlabels import LEADER_LABEL
 from popbroker.replicator.replica import Replica
 from popbroker.store.api import MessageToAppend
 from popfleet_testbed import controlplane
@@ -25,6 +25,9 @@ from tests.integration.replication.test_follower_logs import _open, _segments
 TOKEN = b"set-secret"
 LEASE_MS, DEADLINE_MS, RETRY_MS, LAG_MS = 6_000, 4_000, 1_000, 3_000
 ROUNDS = 60  # a bound on every loop of rounds below
+
+
+SET_LABEL = "test.popfleet.io/set"  # the test's own label of the set's pods
 
 
 class Clock:
@@ -73,7 +76,8 @@ async def _replica(
         await _open(tmp_path / name), name=name, api=api, namespace=namespace,
         lease_name="broker-0", peers=peers, token=TOKEN, clock_ms=clock,
         lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
-        max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0, pods=pods,
+        max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0,
+        pods=None if pods is None else (pods, f"{SET_LABEL}=broker-0"),
     )  # fmt: skip
 
 

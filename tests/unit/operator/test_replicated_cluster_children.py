@@ -96,10 +96,48 @@ def test_the_store_args_of_any_pod_expand_to_its_set_and_parse_as_the_broker_cli
     assert (options.lease_namespace, options.lease_name) == ("apps", f"{owner.name}-1")
     assert options.client_endpoint == f"{owner.name}-1.apps.svc:8081"
     assert options.synchronous is False and options.min_in_sync == 2
-    assert options.label_leader_pod and options.leader_file == Path(names.LEADER_FILE)
+    assert options.leader_label_selector and options.leader_file == Path(names.LEADER_FILE)
     assert options.token == b"t0k3n"
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert volumes["replication"]["secret"]["secretName"] == f"{owner.name}-replication"
+
+
+def matches(selector: str, labels: dict[str, str]) -> bool:
+    """An equality-based label selector (``k=v,...``) against a pod's labels."""
+    wanted = dict(term.split("=", 1) for term in selector.split(","))
+    return wanted.items() <= labels.items()
+
+
+def test_the_leader_label_selector_of_every_pod_matches_exactly_the_pods_of_its_set(
+    owner: specs.ObjectRef,
+) -> None:
+    """A set's leader takes the leader label off the other pods its selector matches: a
+    selector naming a label the pods lack would leave a cut-off leader labelled (and the
+    Service reaching it) for good; one matching other sets would steal their labels."""
+    sets = of_kind(children(owner, REPLICATED), "StatefulSet")
+    pods: dict[str, tuple[int, dict[str, str]]] = {}
+    selectors: dict[str, str] = {}
+    for sts_name, sts in sets.items():
+        template = sts["spec"]["template"]
+        (container,) = [c for c in template["spec"]["containers"] if c["name"] == "store"]
+        for ordinal in range(sts["spec"]["replicas"]):
+            pod = f"{sts_name}-{ordinal}"
+            # what the StatefulSet controller puts on the pod besides the template's labels
+            labels = {**template["metadata"]["labels"], names.LABEL_POD_INDEX: str(ordinal)}
+            pods[pod] = (ordinal, labels)
+            env = {"POD_NAME": pod, "POD_INDEX": str(ordinal), "POD_IP": "10.1.2.3"}
+            (flag,) = [a for a in container["args"] if a.startswith("--leader-label-selector=")]
+            selectors[pod] = expand(flag.partition("=")[2], env)
+    assert len(pods) == 6
+    for pod, (ordinal, _) in pods.items():
+        matched = {other for other, (_, labels) in pods.items() if matches(selectors[pod], labels)}
+        assert matched == {other for other, (o, _) in pods.items() if o == ordinal}, pod
+    services = of_kind(children(owner, REPLICATED), "Service")
+    for pod, (ordinal, labels) in pods.items():
+        service = services[f"{owner.name}-{ordinal}"]["spec"]["selector"]
+        leader_selector = ",".join(f"{k}={v}" for k, v in service.items())
+        labelled = {**labels, names.LABEL_LEADER: "true"}
+        assert matches(leader_selector, labelled) and matches(selectors[pod], labelled)
 
 
 def test_popfront_serves_the_leader_port_by_the_store_roles_leader_file(

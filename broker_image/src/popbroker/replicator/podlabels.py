@@ -8,7 +8,10 @@ holder sets it.
 Every round the leader lists its set's pods labelled leader, takes the label off every
 other one (a deposed leader that could not take its own off: dead, or cut off from the API
 server), then puts it on its own pod. A replica that stops leading takes its own off. Pods
-are named by the replica names (the Lease's holder identity is the pod name).
+are named by the replica names (the Lease's holder identity is the pod name); the set's
+pods are those the label selector it is given matches (``--leader-label-selector``: the
+operator's pods carry no per-set label of their own, a StatefulSet's template being the
+same for every set, so the selector names the cluster and the pod-index label).
 """
 
 from __future__ import annotations
@@ -22,16 +25,18 @@ from kubernetes_asyncio.client.exceptions import ApiException
 log = logging.getLogger(__name__)
 
 LEADER_LABEL = "popfleet.io/leader"
-SET_LABEL = "popfleet.io/broker-set"
 
 
 class LeaderPodLabel:
     """One replica's side of its set's leader label (module docstring)."""
 
-    def __init__(self, api: client.CoreV1Api, *, namespace: str, broker_set: str, me: str):
+    def __init__(self, api: client.CoreV1Api, *, namespace: str, set_selector: str, me: str):
+        """``set_selector``: a label selector matching the pods of this replica's set."""
+        if not set_selector.strip():
+            raise ValueError("the leader label needs a selector of the set's pods")
         self._api = api
         self._namespace = namespace
-        self._selector = f"{SET_LABEL}={broker_set},{LEADER_LABEL}=true"
+        self._selector = f"{set_selector},{LEADER_LABEL}=true"
         self._me = me
 
     async def lead(self) -> None:

@@ -25,8 +25,9 @@ The Lease also carries what routes need: the set's name and the holder's client 
 (annotations written with every renewal). With ``cluster`` given, each round ends by reading
 every set's leader endpoint from the cluster's Leases (:attr:`Replica.directory`), so a
 route names the new leader one round after a failover, with or without the operator.
-With ``pods`` given, the leader's pod carries the label ``popfleet.io/leader=true``
-(:mod:`popbroker.replicator.podlabels`), for a Service that always reaches the leader.
+With ``pods`` given (the pods API and a label selector of the set's pods), the leader's pod
+carries the label ``popfleet.io/leader=true`` (:mod:`popbroker.replicator.podlabels`), for a
+Service that always reaches the leader.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Replica:
         broker_set: str | None = None,
         client_endpoint: str | None = None,
         cluster: str | None = None,
-        pods: client.CoreV1Api | None = None,
+        pods: tuple[client.CoreV1Api, str] | None = None,
         synchronous: bool = True,
         listen: tuple[str, int] | None = None,
         round_timeout_s: float | None = None,
@@ -116,7 +117,7 @@ class Replica:
         )  # fmt: skip
         # the leader label on the leader's pod (None: no label; podlabels)
         self.pod_label = (
-            LeaderPodLabel(pods, namespace=namespace, broker_set=self.broker_set, me=name)
+            LeaderPodLabel(pods[0], namespace=namespace, set_selector=pods[1], me=name)
             if pods is not None
             else None
         )

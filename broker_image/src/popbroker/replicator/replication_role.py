@@ -47,7 +47,7 @@ class ReplicationOptions:
     max_lag_ms: int
     ack_timeout_s: float
     client_endpoint: str | None
-    label_leader_pod: bool
+    leader_label_selector: str | None
     leader_file: Path | None
     synchronous: bool
 
@@ -90,9 +90,10 @@ class ReplicationOptions:
             help="HOST:PORT clients reach this pod at: routes name it while it leads",
         )
         group.add_argument(
-            "--label-leader-pod",
-            action="store_true",
-            help="label the leader's pod popfleet.io/leader=true (the replica name is the pod's)",
+            "--leader-label-selector",
+            help="label the leader's pod popfleet.io/leader=true and take the label off the "
+            "other pods of its set, which this label selector matches (the replica name is "
+            "the pod's)",
         )
         group.add_argument(
             "--leader-file",
@@ -132,7 +133,7 @@ class ReplicationOptions:
             lease_ms=args.lease_ms, renew_deadline_ms=args.renew_deadline_ms,
             retry_ms=args.retry_ms, max_lag_ms=args.max_lag_ms,
             ack_timeout_s=args.ack_timeout_s, client_endpoint=args.client_endpoint,
-            label_leader_pod=args.label_leader_pod, leader_file=args.leader_file,
+            leader_label_selector=args.leader_label_selector, leader_file=args.leader_file,
             synchronous=args.replication_mode == "SYNC",
         )  # fmt: skip
 
@@ -173,7 +174,9 @@ async def replicated(
             min_in_sync=options.min_in_sync, ack_timeout_s=options.ack_timeout_s,
             broker_set=store.settings.broker_name, cluster=store.settings.cluster,
             client_endpoint=options.client_endpoint,
-            pods=client.CoreV1Api(api_client) if options.label_leader_pod else None,
+            pods=(client.CoreV1Api(api_client), options.leader_label_selector)
+            if options.leader_label_selector
+            else None,
             synchronous=options.synchronous, listen=options.listen,
         )  # fmt: skip
         mark_leading(options.leader_file, None)  # a file left by a crash says nothing now

@@ -126,6 +126,14 @@ def _container(spec: ClusterSpec, role: str, args: list[str]) -> dict[str, Any]:
     return container
 
 
+def leader_label_selector(cluster: str) -> str:
+    """The pods of one broker set (the one of ``$(POD_INDEX)``) across the replica
+    StatefulSets: the cluster's selector and the ordinal label the StatefulSet controller
+    sets. The set's leader takes the leader label off every other pod this matches."""
+    labels = {**names.selector_labels(cluster), names.LABEL_POD_INDEX: "$(POD_INDEX)"}
+    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
+
+
 def replication_args(owner: ObjectRef, spec: ClusterSpec) -> list[str]:
     """The store role's replication flags, the same for every pod of every replica
     StatefulSet: what differs per set comes from ``$(POD_INDEX)`` (module docstring)."""
@@ -149,7 +157,7 @@ def replication_args(owner: ObjectRef, spec: ClusterSpec) -> list[str]:
         f"--renew-deadline-ms={RENEW_DEADLINE_MS}",
         f"--retry-ms={RETRY_MS}",
         f"--client-endpoint={cluster}-$(POD_INDEX).{ns}.svc:{names.CLIENT_PORT}",
-        "--label-leader-pod",
+        f"--leader-label-selector={leader_label_selector(cluster)}",
         f"--leader-file={names.LEADER_FILE}",
     ]
 

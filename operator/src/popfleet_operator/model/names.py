@@ -52,7 +52,7 @@ LABEL_PART_OF = "app.kubernetes.io/part-of"
 LABEL_CLUSTER = f"{GROUP}/cluster"
 # Replicated sets (spec.replication): replica r >= 1 of every set runs in StatefulSet
 # NAME-r<r>, its pods labelled with r; the leader of a set labels its own pod (the broker's
-# --label-leader-pod); the StatefulSet controller labels each pod with its ordinal (1.28+).
+# --leader-label-selector); the StatefulSet controller labels each pod with its ordinal (1.28+).
 LABEL_REPLICA_INDEX = f"{GROUP}/replica-index"
 LABEL_LEADER = f"{GROUP}/leader"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"
