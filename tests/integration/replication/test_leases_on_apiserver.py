@@ -149,3 +149,41 @@ async def test_a_lease_the_operator_owns_keeps_its_owner_and_publishes_the_holde
     released = await api.read_namespaced_lease("broker-0", testbed_namespace)
     assert not released.spec.holder_identity
     assert [r.uid for r in released.metadata.owner_references] == [owner.metadata.uid]
+
+
+async def test_a_lease_that_lost_its_history_is_not_recreated_by_a_replica_that_had_a_term(
+    api: client.CoordinationV1Api, testbed_namespace: str
+) -> None:
+    """A Lease deleted (its cluster going) or rewound under a replica whose store has been in
+    term 2: that replica neither creates it again (a Lease nobody owns, from term 1, its
+    in-sync set forgotten) nor takes it, and stops serving; once the Lease records the term
+    again it leads on; a new replica (term 0) creates a missing Lease as before."""
+    clock = Clock()
+    known = {"a": 0}
+    a = LeaseCoordinator(
+        api, namespace=testbed_namespace, name="broker-0", me="a", lease_ms=LEASE_MS,
+        renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS, clock_ms=clock,
+        known_term=lambda: known["a"],
+    )  # fmt: skip
+    assert await a.step() == Standing("a", 1, serving=True)
+    known["a"] = 2  # its store has been in term 2 (say, it followed another leader's)
+    await api.delete_namespaced_lease("broker-0", testbed_namespace)
+    for _ in range(3):
+        clock.ms += RETRY_MS
+        assert await a.step() == Standing(None, 0, serving=False)
+        assert not a.may_serve()
+    found = await api.list_namespaced_lease(testbed_namespace)
+    assert [item.metadata.name for item in found.items] == []  # not created again
+
+    fresh, _ = _candidate(api, testbed_namespace, "b")  # a new replica: term 0
+    assert await fresh.step() == Standing("b", 1, serving=True)
+    clock.ms += RETRY_MS
+    assert (await a.step()).holder == "b"  # term 1 < 2: a waits, whoever holds it
+
+    restored = {  # the recovery: the term restored, the holder cleared
+        "metadata": {"annotations": {"popfleet.io/term": "2"}},
+        "spec": {"holderIdentity": None},
+    }
+    await api.patch_namespaced_lease("broker-0", testbed_namespace, restored)
+    clock.ms += RETRY_MS
+    assert await a.step() == Standing("a", 3, serving=True)

@@ -8,6 +8,14 @@ One ``coordination.k8s.io/v1`` Lease per broker set. ``spec.holderIdentity`` is 
 racing for one term cannot both win: the API server answers the loser 409. A candidate
 measures the holder's silence by its own clock (``Observer``), never by ``renewTime``.
 
+A Lease never goes back: terms begin in Lease writes, so a replica's store never holds a
+term above its Lease's. A Lease that does (deleted, its cluster going, or rewritten by
+hand) has lost the set's history, the in-sync set with it; a replica that has been in a
+term (``known_term``) neither creates nor takes such a Lease (it could hand leadership to
+a replica without the acknowledged writes, and on a cluster's deletion it would leave a
+Lease nobody owns). It waits, fenced, until the Lease records its term again (the recovery
+in docs/operations.md). A new replica (term 0) creates a missing Lease as before.
+
 :meth:`LeaseCoordinator.step` is one round of the loop a broker runs every ``retry_ms``:
 read, decide, write, and report who holds which term and whether this replica may serve
 (its last renewal younger than ``renew_deadline_ms``).
@@ -15,6 +23,7 @@ read, decide, write, and report who holds which term and whether this replica ma
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,6 +33,8 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from popbroker.replication import lease
+
+log = logging.getLogger(__name__)
 
 TERM_ANNOTATION = "popfleet.io/term"
 IN_SYNC_ANNOTATION = "popfleet.io/in-sync"  # comma-separated replica names
@@ -64,7 +75,10 @@ class LeaseCoordinator:
         eligible: Callable[[], bool] = lambda: True,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
+        known_term: Callable[[], int] = lambda: 0,
     ) -> None:
+        """``known_term``: the highest term this replica's store has seen (module
+        docstring: a Lease below it is not written)."""
         lease.check_timing(
             lease_ms=lease_ms, renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms
         )
@@ -76,6 +90,8 @@ class LeaseCoordinator:
         self._renew_deadline_ms = renew_deadline_ms
         self._clock_ms = clock_ms
         self._eligible = eligible
+        self._known_term = known_term
+        self._lost: int | None = None  # the term of a Lease found below ours, logged once
         self._labels = dict(labels or {})
         self._annotations = dict(annotations or {})  # written with every write of ours
         self._observer = lease.Observer()
@@ -89,6 +105,19 @@ class LeaseCoordinator:
         now = self._clock_ms()
         body = await self._read()
         record = _record(body)
+        known = self._known_term()
+        if record.term < known:  # the Lease lost the set's history: never written over
+            if self._lost != record.term:
+                self._lost = record.term
+                log.error(
+                    "Lease %s/%s %s term %d, below term %d that %s has been in: not "
+                    "creating or taking it (restore its %s and %s annotations to recover)",
+                    self._namespace, self._name, "is gone: no" if body is None else "records",
+                    record.term, known, self.me, TERM_ANNOTATION, IN_SYNC_ANNOTATION,
+                )  # fmt: skip
+            self._last_renewed_ms = None
+            return self._standing(record.holder, record.term, now, body=body)
+        self._lost = None
         decision = lease.decide(
             self.me,
             record,

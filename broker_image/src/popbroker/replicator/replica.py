@@ -114,6 +114,7 @@ class Replica:
             api, namespace=namespace, name=lease_name, me=name, lease_ms=lease_ms,
             renew_deadline_ms=renew_deadline_ms, retry_ms=retry_ms, clock_ms=clock_ms,
             labels={CLUSTER_LABEL: cluster} if cluster else None, annotations=annotations,
+            known_term=store.term,
         )  # fmt: skip
         # the leader label on the leader's pod (None: no label; podlabels)
         self.pod_label = (
