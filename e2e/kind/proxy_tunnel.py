@@ -9,6 +9,11 @@ in this process: every gRPC channel then goes through the proxy, which only conn
 pod network. No host route, no root. (``kind_access.through_proxy`` also hands the proxy to
 the admin client explicitly: that client ignores the environment's proxies.)
 
+``kubectl port-forward`` exits when its stream to the pod breaks ("lost connection to pod",
+an error on one forwarded connection): the tunnel keeps it up, on the same local port (the
+URL in ``grpc_proxy`` stays right), and says why each time on stderr. A run that needs
+more than ``MAX_RESTARTS`` gives up (the next call is refused and fails its step).
+
 ``manifests`` is pure and ``export_proxy`` only touches the environment (both tested in
 tests/integration/kind_static); ``Tunnel`` runs kubectl.
 """
@@ -19,8 +24,10 @@ import json
 import os
 import select
 import subprocess
+import sys
 import threading
 import time
+from collections import deque
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
@@ -31,6 +38,7 @@ POD = "e2e-proxy"
 PORT = 3128
 Obj = dict[str, Any]
 PROXY_VARIABLES = ("grpc_proxy", "no_grpc_proxy")
+MAX_RESTARTS = 20
 
 
 def export_proxy(url: str, environ: MutableMapping[str, str] = os.environ) -> dict[str, str | None]:
@@ -122,6 +130,8 @@ class Tunnel:
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
         self.forward: subprocess.Popen[str] | None = None
         self._replaced: dict[str, str | None] | None = None
+        self._closing = threading.Event()
+        self._said: deque[str] = deque(maxlen=5)
 
     def _run(self, *args: str, stdin: str | None = None, timeout_s: float = 120) -> str:
         done = subprocess.run(
@@ -141,18 +151,49 @@ class Tunnel:
             "wait", "-n", NAMESPACE, f"pod/{POD}", "--for=condition=Ready", wait_for,
             timeout_s=timeout_s + 10,
         )  # fmt: skip
+        port = self._start_forward(f":{PORT}")
+        url = f"http://127.0.0.1:{port}"
+        self._replaced = export_proxy(url)
+        threading.Thread(target=self._keep_forwarding, args=(port,), daemon=True).start()
+        return url
+
+    def _start_forward(self, ports: str) -> int:
+        """``kubectl port-forward`` running; the local port it reports."""
         self.forward = subprocess.Popen(
-            [str(self.kubectl), "port-forward", "-n", NAMESPACE, f"pod/{POD}", f":{PORT}"],
+            [str(self.kubectl), "port-forward", "-n", NAMESPACE, f"pod/{POD}", ports],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=self.env,
         )  # fmt: skip
         port = self._forwarded_port(deadline=time.monotonic() + 30)
         # kubectl writes a line per proxied connection ("Handling connection for ..."), and
         # every admin call is a new connection: unread, the pipe fills and the tunnel stalls.
-        for stream in (self.forward.stdout, self.forward.stderr):
-            threading.Thread(target=_drain, args=(stream,), daemon=True).start()
-        url = f"http://127.0.0.1:{port}"
-        self._replaced = export_proxy(url)
-        return url
+        self._said = deque(maxlen=5)  # its last words on stderr
+        threading.Thread(target=_drain, args=(self.forward.stdout, None), daemon=True).start()
+        threading.Thread(target=_drain, args=(self.forward.stderr, self._said), daemon=True).start()
+        return port
+
+    def _keep_forwarding(self, port: int) -> None:
+        """Restart the port-forward on ``port`` whenever it exits, until ``close``."""
+        restarts = 0
+        while self.forward is not None:
+            code = self.forward.wait()
+            if self._closing.is_set():
+                return
+            said = " | ".join(self._said) or "nothing on stderr"
+            if restarts == MAX_RESTARTS:
+                print(f"e2e-kind: port-forward exited ({code}: {said}); restarted "
+                      f"{restarts} times, left down", file=sys.stderr, flush=True)  # fmt: skip
+                return
+            restarts += 1
+            print(
+                f"e2e-kind: port-forward to the proxy pod exited ({code}: {said}); "
+                f"restart {restarts}/{MAX_RESTARTS} on 127.0.0.1:{port}",
+                file=sys.stderr, flush=True,
+            )  # fmt: skip
+            try:
+                self._start_forward(f"{port}:{PORT}")
+            except RuntimeError as exc:
+                print(f"e2e-kind: port-forward not restarted: {exc}", file=sys.stderr, flush=True)
+                return
 
     def _forwarded_port(self, *, deadline: float) -> int:
         assert self.forward is not None and self.forward.stdout is not None
@@ -169,6 +210,7 @@ class Tunnel:
         raise RuntimeError("kubectl port-forward did not report a local port in time")
 
     def close(self) -> None:
+        self._closing.set()
         if self._replaced is not None:
             restore_environment(self._replaced)
             self._replaced = None
@@ -181,6 +223,8 @@ class Tunnel:
         self._run("delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=false")
 
 
-def _drain(stream: Any) -> None:
-    for _line in iter(stream.readline, ""):
-        pass
+def _drain(stream: Any, keep: deque[str] | None) -> None:
+    with stream:  # closed at kubectl's exit
+        for line in iter(stream.readline, ""):
+            if keep is not None and line.strip():
+                keep.append(line.strip())
