@@ -33,7 +33,6 @@ Service that always reaches the leader.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
@@ -273,6 +272,8 @@ class Replica:
             if current == (holder, address) and not task.done():
                 return
             task.cancel()
+            if task.done() and not task.cancelled() and (error := task.exception()):
+                log.error("%s: following ended: %r", self.name, error, exc_info=error)
         follower = Follower(self.store, name=self.name, token=self._token)
         self._following = (
             (holder, address),
@@ -280,8 +281,13 @@ class Replica:
         )
 
     async def _run_follower(self, follower: Follower, host: str, port: int) -> None:
-        with contextlib.suppress(ConnectionError, ReplicationRefused, asyncio.IncompleteReadError):
+        """Follow until the connection ends; the next round connects again. Every network
+        error is an ``OSError`` (a leader cut off by policy: ``EHOSTUNREACH`` or a time-out,
+        neither a ``ConnectionError``): an unretrieved one would only be logged by asyncio."""
+        try:
             await follower.run(host, port)
+        except (OSError, ReplicationRefused, asyncio.IncompleteReadError) as exc:
+            log.info("%s: following %s:%d ended: %r", self.name, host, port, exc)
 
     async def _stop_following(self) -> None:
         if self._following is not None:

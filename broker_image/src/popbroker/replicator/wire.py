@@ -185,13 +185,13 @@ class Leader:
                 acks.cancel()
         except (ReplicationRefused, ReplicationRuleError) as exc:
             log.warning("replication to %s refused: %s", name, exc)
-            with contextlib.suppress(ConnectionError):
+            with contextlib.suppress(OSError):
                 await _send(writer, b"X", str(exc).encode())
-        except (asyncio.IncompleteReadError, ConnectionError):
-            log.info("replication to %s: connection closed", name)
+        except (asyncio.IncompleteReadError, OSError) as exc:  # reset, unreachable, timed out
+            log.info("replication to %s: connection closed (%r)", name, exc)
         finally:
             writer.close()
-            with contextlib.suppress(ConnectionError):
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
     async def _hello(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> str:
@@ -216,7 +216,7 @@ class Leader:
         return raw_name.decode("utf-8", "replace")
 
     async def _read_acks(self, reader: asyncio.StreamReader, name: str) -> None:
-        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError, ReplicationRefused):
+        with contextlib.suppress(asyncio.IncompleteReadError, OSError, ReplicationRefused):
             while True:
                 kind, payload = await _receive(reader)
                 if kind == b"A" and len(payload) == _I64.size:
@@ -332,7 +332,7 @@ class Follower:
                     self.progress.notify_all()
         finally:
             writer.close()
-            with contextlib.suppress(ConnectionError):
+            with contextlib.suppress(OSError):
                 await writer.wait_closed()
 
 
