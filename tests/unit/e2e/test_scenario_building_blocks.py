@@ -52,12 +52,25 @@ def test_log_rules_flag_errors_and_tracebacks_but_not_retries() -> None:
             "2026-11-21 14:00:00 INFO popbroker.store: started",
             "2026-11-21 14:00:01 ERROR kopf.objects: Handler 'x' failed temporarily: later",
             "2026-11-21 14:00:02 ERROR popbroker.grpc: boom",
+            "2026-11-21 14:00:03 WARNING popbroker.replicator: round failed",
             "Traceback (most recent call last):",
+            '  File "replica.py", line 1, in round',
+            "    raise ValueError('x')",
+            "ValueError: x",
+            "2026-11-21 14:00:04 INFO popbroker.store: still running",
         ]
     )
     assert logs.unexpected(text) == [
         "2026-11-21 14:00:02 ERROR popbroker.grpc: boom",
-        "Traceback (most recent call last):",
+        "\n    ".join(
+            [
+                "2026-11-21 14:00:03 WARNING popbroker.replicator: round failed",
+                "Traceback (most recent call last):",
+                '  File "replica.py", line 1, in round',
+                "    raise ValueError('x')",
+                "ValueError: x",
+            ]
+        ),
     ]
 
 

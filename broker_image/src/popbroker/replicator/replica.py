@@ -33,9 +33,11 @@ Service that always reaches the leader.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable, Mapping
 
+import aiohttp
 from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
@@ -56,6 +58,20 @@ from popbroker.replicator.wire import Follower, Leader, ReplicationRefused, Sync
 from popbroker.store.local import LocalStore
 
 log = logging.getLogger(__name__)
+
+
+def api_failure(exc: BaseException) -> str:
+    """One line for a failure to talk to the API server: its answer (status, reason and the
+    Status message, which names the user and verb of a 403) or the transport's error."""
+    if isinstance(exc, ApiException):
+        message = ""
+        try:
+            message = json.loads(exc.body or "{}").get("message", "")
+        except (ValueError, AttributeError):
+            message = str(exc.body or "")[:200]
+        answer = f"API server answered {exc.status} {exc.reason}"
+        return f"{answer}: {message}" if message else answer
+    return f"API server not reached: {type(exc).__name__}: {exc}"
 
 
 class Replica:
@@ -154,7 +170,10 @@ class Replica:
                 self.name, self._round_timeout_s,
             )  # fmt: skip
             return None
-        except Exception:
+        except (ApiException, aiohttp.ClientError, OSError) as exc:  # expected: one line
+            log.warning("replica %s: round failed: %s", self.name, api_failure(exc))
+            return None
+        except Exception:  # anything else is a bug: its traceback is kept
             log.warning("replica %s: round failed", self.name, exc_info=True)
             return None
         finally:

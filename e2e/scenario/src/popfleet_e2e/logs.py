@@ -25,13 +25,27 @@ EXPECTED = re.compile(
 
 
 def unexpected(text: str) -> list[str]:
+    """The offending lines of ``text``: each unexpected ERROR/CRITICAL line, and each traceback
+    as one entry from the line that logged it to its exception, so a failure says what failed."""
     lines = text.splitlines()
     bad = [
         line
         for line in lines
         if (" ERROR " in line or " CRITICAL " in line) and not EXPECTED.search(line)
     ]
-    return bad + [line for line in lines if line.startswith("Traceback")]
+    tracebacks = [i for i, line in enumerate(lines) if line.startswith("Traceback")]
+    return bad + [_traceback_at(lines, i) for i in tracebacks]
+
+
+def _traceback_at(lines: Sequence[str], start: int) -> str:
+    """The traceback starting at ``lines[start]``: the log line before it, the frames, and the
+    exception line that ends it."""
+    block = list(lines[max(start - 1, 0) : start + 1])
+    for line in lines[start + 1 :]:
+        block.append(line)
+        if not line[:1].isspace():  # the exception line ends the traceback
+            break
+    return "\n    ".join(block)
 
 
 @dataclass
@@ -76,7 +90,8 @@ def check(logbook: LogBook) -> str:
     problems = logbook.problems()
     if problems:
         shown = "\n".join(
-            f"{where}:\n  " + "\n  ".join(lines[:10]) for where, lines in problems.items()
+            f"{where} ({len(lines)}):\n  " + "\n  ".join(lines[:8])
+            for where, lines in problems.items()
         )
         raise ScenarioError(f"unexpected errors in logs:\n{shown}")
     return f"{len(logbook.texts)} logs checked, no unexpected errors"

@@ -185,7 +185,7 @@ KIND: tuple[Step, ...] = (
     *_FROM_NO_LOSS,
 )
 # For work on the replicated steps alone (``POPFLEET_E2E_SCENARIO=replicated`` on kind).
-KIND_REPLICATED: tuple[Step, ...] = (SETUP[0], *REPLICATED, _FROM_NO_LOSS[-1])
+KIND_REPLICATED: tuple[Step, ...] = (SETUP[0], *REPLICATED, *_FROM_NO_LOSS[-2:])
 SCENARIOS = {"kind": KIND, "replicated": KIND_REPLICATED}
 
 
