@@ -212,3 +212,24 @@ async def _term_one(
         await leader.stop()
         await leader_store.close()
         await follower_store.close()
+
+
+async def test_a_leader_that_stops_ends_every_followers_connection(tmp_path: Path) -> None:
+    """A leader that steps down streams no more: its next term's leader may truncate its
+    log, and a connection left streaming read past the cut (kind's isolation step)."""
+    leader_store, follower_store = await _open(tmp_path / "l"), await _open(tmp_path / "f")
+    leader = Leader(leader_store, term=1, token=TOKEN, heartbeat_s=0.05)
+    try:
+        await _term(leader_store, 1, random.Random(5), 10)
+        port = await leader.start("127.0.0.1", 0)
+        follower = Follower(follower_store, name="f1", token=TOKEN)
+        running = asyncio.create_task(follower.run("127.0.0.1", port))
+        await _until(
+            follower, running, lambda: follower.log.state.end == leader_store.commitlog.end
+        )
+        await leader.stop()
+        await asyncio.wait_for(running, WAIT_S)  # the connection ended: the follow returns
+    finally:
+        await leader.stop()
+        await leader_store.close()
+        await follower_store.close()

@@ -51,6 +51,7 @@ import json
 import logging
 import struct
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from popbroker.replication import rules, stream
 from popbroker.replication.rules import EpochEntry, EpochHistory, ReplicationRuleError
@@ -121,6 +122,7 @@ class Leader:
         self.ack_progress = asyncio.Condition()  # notified on every acknowledgement
         self._grew = asyncio.Event()
         self._server: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[Any]] = set()  # one per follower served
         self._watch: asyncio.Task[None] | None = None
         self.on_deposed: Callable[[int], None] = lambda term: None
         # every acknowledgement, with the leader's end when it arrived (the in-sync set's lag)
@@ -150,8 +152,14 @@ class Leader:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
+        """Stop serving: the listening socket and every follower's connection. A leader that
+        steps down must not stream on: its log may be truncated by its next term's leader."""
         if self._server is not None:
             self._server.close()
+        for task in list(self._connections):
+            task.cancel()
+        await asyncio.gather(*self._connections, return_exceptions=True)
+        if self._server is not None:
             await self._server.wait_closed()
         if self._watch is not None:
             self._watch.cancel()
@@ -163,6 +171,9 @@ class Leader:
             self._grew.set()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        if me is not None:
+            self._connections.add(me)
         name = "?"
         try:
             name = await self._hello(reader, writer)
@@ -189,7 +200,11 @@ class Leader:
                 await _send(writer, b"X", str(exc).encode())
         except (asyncio.IncompleteReadError, OSError) as exc:  # reset, unreachable, timed out
             log.info("replication to %s: connection closed (%r)", name, exc)
+        except Exception:  # a bug: said now, not when asyncio collects the task
+            log.exception("replication to %s failed", name)
         finally:
+            if me is not None:
+                self._connections.discard(me)
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
