@@ -12,7 +12,8 @@ numbers it caused are there (deadlines, never sleeps):
     (``inflight_messages{group,topic}`` = 1; ``--pop-ck-stay-ms 100`` writes
     its checkpoint to the revive log at once);
   * a receive parked on an empty topic shows as a parked long poll;
-  * the store's flush histogram counted the flushes of that traffic.
+  * the store's flush histogram counted the flushes of that traffic;
+  * the group's consumer lag on the topic is exported, and is 0 once all three were popped.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 ROLES = {"all": ("all",), "roles": ("store", "popack", "revive")}
 ROLES |= {f"{mode}-front": roles for mode, roles in list(ROLES.items())}
 POLL_DEADLINE_S = 60.0
+LAG = "popfleet_broker_consumer_lag_messages"
 Observed = tuple[BrokerProcess, dict[str, Path]]
 
 
@@ -121,9 +123,12 @@ def test_traffic_moves_the_numbers(observed: Observed) -> None:
         lambda s: (
             value(s, "popfleet_broker_retry_messages", group=GROUP) == 1
             and value(s, "popfleet_broker_inflight_messages", group=GROUP, topic=TOPIC) == 1
+            and (LAG, frozenset({("group", GROUP), ("topic", TOPIC)})) in s
         ),
-        "one message revived into the retry topic and one in flight",
+        "one message revived into the retry topic, one in flight, the group's lag exported",
     )
+    # all three were popped: what is in flight or revived is not lag (POP commits on pop)
+    assert value(after, LAG, group=GROUP, topic=TOPIC) == 0
     assert value(after, messages, op="send", code="OK") == 3
     assert value(after, messages, op="pop", code="OK") == 3
     assert value(after, messages, op="ack", code="OK") == 1

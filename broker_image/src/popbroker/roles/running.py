@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
+from popbroker.metrics.consumers import ConsumerLagMetrics, observe_volume
 from popbroker.metrics.directreads import observe_direct_reads
 from popbroker.metrics.gcpauses import GcPauses
 from popbroker.metrics.popack import PopackMetrics
@@ -164,6 +165,7 @@ class RoleMetrics:
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
     popack: PopackMetrics | None = None
     revive: ReviveMetrics | None = None
+    consumers: ConsumerLagMetrics | None = None
     server: exposition.MetricsServer | None = None
     gc_pauses: GcPauses | None = None
 
@@ -178,6 +180,8 @@ class RoleMetrics:
     def for_store(self, store: LocalStore) -> None:
         observe_flushes(store.flusher, self.registry)
         observe_config_writes(store, self.registry)
+        observe_volume(store.data_dir, self.registry)
+        self.consumers = ConsumerLagMetrics(self.registry, store)
 
     def for_direct_reads(self, store: RemoteStore) -> None:
         """How ``store``'s reads went, when it reads the store's files (``--data-dir``)."""
@@ -191,7 +195,9 @@ class RoleMetrics:
     async def start(self) -> None:
         self.gc_pauses = GcPauses(self.registry)
         self.gc_pauses.install()
-        refreshers = [m.refresh for m in (self.popack, self.revive) if m is not None]
+        refreshers = [
+            m.refresh for m in (self.popack, self.revive, self.consumers) if m is not None
+        ]
         self.server = await exposition.serve_metrics(
             self.listen, self.registry, refreshers=refreshers
         )

@@ -50,6 +50,7 @@ from popbroker.admin import server as admin_server
 from popbroker.admin.servicer import AdminStore
 from popbroker.metrics import exposition
 from popbroker.metrics.admin import AdminMetrics
+from popbroker.metrics.consumers import ConsumerLagMetrics, observe_volume
 from popbroker.metrics.replication import observe_replication
 from popbroker.metrics.store import observe_config_writes, observe_flushes
 from popbroker.replicator.replication_role import ReplicationOptions, replicated
@@ -89,11 +90,17 @@ def _companions(admin: Companion, token: str | None, metrics: Companion) -> Comp
             registry = CollectorRegistry()
             observe_flushes(store.flusher, registry)
             observe_config_writes(store, registry)
+            observe_volume(store.data_dir, registry)
             figures = getattr(served, "replication_figures", None)  # a replica's store
             if figures is not None:
                 observe_replication(figures, registry)
+            lag = ConsumerLagMetrics(
+                registry, served, serving=lambda: figures is None or figures().leading
+            )
             admin_metrics = AdminMetrics(registry) if admin.listen else None
-            metrics_server = await exposition.serve_metrics(metrics.listen, registry)
+            metrics_server = await exposition.serve_metrics(
+                metrics.listen, registry, refreshers=[lag.refresh]
+            )
             running.write_port(metrics.port_file, metrics_server.port)
             stops.append(metrics_server.stop)
         if admin.listen:
