@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import kopf
 
-from popfleet_operator.handlers import fanning, runtime, topics
+from popfleet_operator.handlers import fanning, metrics, runtime, topics
 from popfleet_operator.model.observations import TopicOutcome
 from popfleet_operator.status import conditions as c
 
@@ -110,3 +110,27 @@ def _written(status: dict[str, Any], updates: list[c.Condition], **fields: Any) 
     patch = kopf.Patch()
     runtime.write_status(patch, body_with(status), updates, **fields)
     return patch
+
+
+def test_every_written_condition_is_a_series_until_the_object_goes() -> None:
+    """``popfleet_operator_condition{kind,namespace,name,type}``: what the Degraded and
+    ModeApplied alerts read; 1 while True, 0 otherwise, gone with the object."""
+    def series() -> dict[str, float]:
+        return {
+            s.labels["type"]: s.value
+            for family in metrics.CONDITION.collect()
+            for s in family.samples
+            if (s.labels["kind"], s.labels["namespace"], s.labels["name"])
+            == ("Topic", "ns", "orders")
+        }
+
+    metrics.forget("Topic", "ns", "orders")
+    round_of(already_synced(), confirmed())
+    assert series()[c.TOPIC_SYNCED] == 1.0
+    assert series()[c.DEGRADED] == 0.0
+    degraded = c.Condition(c.DEGRADED, True, c.BROKER_UNREACHABLE, "demo-2 did not answer")
+    runtime.write_status(kopf.Patch(), body_with(already_synced()), [degraded])
+    assert series()[c.DEGRADED] == 1.0
+    assert series()[c.TOPIC_SYNCED] == 1.0
+    metrics.forget("Topic", "ns", "orders")
+    assert series() == {}

@@ -36,7 +36,7 @@ import kopf
 from popfleet_operator import errors
 from popfleet_operator.builders import audits as audit_builders
 from popfleet_operator.clients import kube as kube_client
-from popfleet_operator.handlers import runtime
+from popfleet_operator.handlers import metrics, runtime
 from popfleet_operator.model import names, specs
 from popfleet_operator.planning import auditschedule as schedule
 from popfleet_operator.status import audits as audit_status
@@ -206,6 +206,8 @@ async def patch_audit_status(
                 generation=int(fresh["metadata"].get("generation", 0)),
             )
             patch.setdefault("status", {})["conditions"] = merged
+        written = {"type": condition.type, "status": condition.status_text}
+        metrics.conditions((KIND, ref.namespace, ref.name), [written])
         if "status" not in patch:
             return fresh
         try:

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -32,6 +33,23 @@ BROKERS_EXPECTED = Gauge(
 READY_BROKERS = Gauge(
     "popfleet_operator_ready_brokers", "Ready brokers of a BrokerCluster", ["namespace", "name"]
 )
+# One series per object and condition type it has (Ready, Reconciling, Degraded, TopicSynced,
+# ModeApplied, AuditHealthy): what the alerts on Degraded, ModeApplied and audits read.
+CONDITION = Gauge(
+    "popfleet_operator_condition",
+    "1 while the object's condition of this type is True, else 0",
+    ["kind", "namespace", "name", "type"],
+)
+CONDITION_TYPES = ("Ready", "Reconciling", "Degraded", "TopicSynced", "ModeApplied", "AuditHealthy")
+
+
+def conditions(object_key: tuple[str, str, str], written: Iterable[Mapping[str, Any]]) -> None:
+    """The conditions of ``(kind, namespace, name)`` as last written (``status.conditions``
+    entries)."""
+    kind, namespace, name = object_key
+    for condition in written:
+        value = 1 if condition.get("status") == "True" else 0
+        CONDITION.labels(kind, namespace, name, str(condition.get("type"))).set(value)
 
 
 @contextmanager
@@ -47,3 +65,9 @@ def forget(kind: str, namespace: str, name: str) -> None:
     for gauge in (BROKERS_IN_SYNC, BROKERS_EXPECTED):
         with suppress(KeyError):
             gauge.remove(kind, namespace, name)
+    for condition_type in CONDITION_TYPES:
+        with suppress(KeyError):
+            CONDITION.remove(kind, namespace, name, condition_type)
+    if kind == "BrokerCluster":
+        with suppress(KeyError):
+            READY_BROKERS.remove(namespace, name)

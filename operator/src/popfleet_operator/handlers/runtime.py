@@ -197,6 +197,8 @@ def write_status(
     generation = int(body["metadata"].get("generation", 0))
     merged = c.merge(status.get("conditions") or [], updates, now=now(), generation=generation)
     wanted = {**fields, "observedGeneration": generation, "conditions": merged}
+    meta = body["metadata"]
+    metrics.conditions((str(body.get("kind")), meta.get("namespace", ""), meta["name"]), merged)
     for key, value in wanted.items():
         if status.get(key) != value:
             patch.status[key] = value
