@@ -115,6 +115,7 @@ def _written(status: dict[str, Any], updates: list[c.Condition], **fields: Any) 
 def test_every_written_condition_is_a_series_until_the_object_goes() -> None:
     """``popfleet_operator_condition{kind,namespace,name,type}``: what the Degraded and
     ModeApplied alerts read; 1 while True, 0 otherwise, gone with the object."""
+
     def series() -> dict[str, float]:
         return {
             s.labels["type"]: s.value
