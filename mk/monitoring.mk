@@ -1,26 +1,31 @@
-# Prometheus's promtool and prometheus-operator's CRDs (issue 19), from the Go module proxy,
-# cached under ~/.cache/popfleet by version. `make test` checks the chart's rules and the
-# dashboards' queries with promtool and dry-runs the chart's PodMonitors and PrometheusRule
+# Prometheus and its promtool, and prometheus-operator's CRDs (issue 19), from the Go module
+# proxy, cached under ~/.cache/popfleet by version. `make test` checks the chart's rules and
+# the dashboards' queries with promtool, dry-runs the chart's PodMonitors and PrometheusRule
 # against those CRDs on the testbed apiserver (tests/integration/kind_static/
-# test_monitoring_chart.py, which reads the two paths exported below).
+# test_monitoring_chart.py), and runs a real Prometheus on loopback against real brokers
+# (tests/integration/monitoring/); the tests read the paths exported below.
 PROMETHEUS_VERSION        := 3.16.0
 # github.com/prometheus/prometheus's module version v0.3xx.y is Prometheus 3.xx.y
 PROMETHEUS_MODULE_VERSION := v0.316.0
 PROM_OPERATOR_VERSION     := v0.85.0
-export POPFLEET_PROMTOOL         := $(HOME)/.cache/popfleet/prometheus-$(PROMETHEUS_VERSION)/promtool
+PROMETHEUS_DIR                   := $(HOME)/.cache/popfleet/prometheus-$(PROMETHEUS_VERSION)
+export POPFLEET_PROMETHEUS       := $(PROMETHEUS_DIR)/prometheus
+export POPFLEET_PROMTOOL         := $(PROMETHEUS_DIR)/promtool
 export POPFLEET_MONITORING_CRDS  := $(HOME)/.cache/popfleet/prometheus-operator-$(PROM_OPERATOR_VERSION)/crds
-TEST_PREREQS += promtool-bin monitoring-crds
+TEST_PREREQS += prometheus-bin monitoring-crds
 
-.PHONY: promtool-bin monitoring-crds
+.PHONY: prometheus-bin monitoring-crds
 
-promtool-bin: ## promtool $(PROMETHEUS_VERSION) (go install, stripped, cached under ~/.cache/popfleet) when missing
-	@test -x $(POPFLEET_PROMTOOL) || { \
-	  echo "promtool-bin: building promtool $(PROMETHEUS_VERSION) from the Go module proxy (a few minutes, once)"; \
-	  cd / && GOBIN=$(dir $(POPFLEET_PROMTOOL)) GOFLAGS='' CGO_ENABLED=0 go install \
+prometheus-bin: ## prometheus and promtool $(PROMETHEUS_VERSION) (one go install, stripped, cached) when missing
+	@test -x $(POPFLEET_PROMETHEUS) -a -x $(POPFLEET_PROMTOOL) || { \
+	  echo "prometheus-bin: building Prometheus $(PROMETHEUS_VERSION) from the Go module proxy (~10 min cold, once)"; \
+	  cd / && GOBIN=$(PROMETHEUS_DIR) GOFLAGS='' CGO_ENABLED=0 go install \
 	    -ldflags "-s -w -X github.com/prometheus/common/version.Version=$(PROMETHEUS_VERSION)" \
+	    github.com/prometheus/prometheus/cmd/prometheus@$(PROMETHEUS_MODULE_VERSION) \
 	    github.com/prometheus/prometheus/cmd/promtool@$(PROMETHEUS_MODULE_VERSION); }
-	@$(POPFLEET_PROMTOOL) --version 2>&1 | grep -q 'version $(PROMETHEUS_VERSION)' || \
-	  { echo "promtool-bin: $(POPFLEET_PROMTOOL) is not $(PROMETHEUS_VERSION)" >&2; exit 1; }
+	@for tool in $(POPFLEET_PROMETHEUS) $(POPFLEET_PROMTOOL); do \
+	  $$tool --version 2>&1 | grep -q 'version $(PROMETHEUS_VERSION)' || \
+	    { echo "prometheus-bin: $$tool is not $(PROMETHEUS_VERSION)" >&2; exit 1; }; done
 
 monitoring-crds: ## prometheus-operator $(PROM_OPERATOR_VERSION)'s PodMonitor/PrometheusRule/ServiceMonitor CRDs (module download, cached)
 	@test -f $(POPFLEET_MONITORING_CRDS)/.complete || { \

@@ -6,7 +6,7 @@
   ``make monitoring-crds``).
 * The rules pass ``promtool check rules`` and the unit tests in ``tests/promtool/``
   (alerts fire on the provoked condition and not before, and resolve; Prometheus 3.16's
-  promtool, built from the Go module proxy: ``make promtool-bin``).
+  promtool, built from the Go module proxy: ``make prometheus-bin``).
 * Every dashboard panel's query is valid PromQL (checked by promtool, the dashboard
   variables replaced by what Grafana would put there) and names only metrics popfleet
   exports (the list in docs/operations.md).
@@ -80,8 +80,12 @@ def _monitoring(docs: list[Obj]) -> list[Obj]:
 
 @pytest.fixture(scope="module")
 def monitoring_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
-    """prometheus-operator's PodMonitor and PrometheusRule CRDs on the testbed apiserver."""
+    """prometheus-operator's PodMonitor and PrometheusRule CRDs on the testbed apiserver, and
+    the namespace the chart is rendered for (a dry-run cannot create it)."""
     crds = _tool("POPFLEET_MONITORING_CRDS", "monitoring-crds")
+    had_namespace = testbed.admin.get_or_none("/api/v1/namespaces/popfleet") is not None
+    if not had_namespace:
+        testbed.kubectl("create", "namespace", "popfleet")
     files = [crds / f"monitoring.coreos.com_{p}.yaml" for p in ("podmonitors", "prometheusrules")]
     names = [f"{p}.monitoring.coreos.com" for p in ("podmonitors", "prometheusrules")]
     present = [n for n in names if testbed.admin.get_or_none(_crd_path(n)) is not None]
@@ -92,6 +96,8 @@ def monitoring_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
     for name in names:
         if name not in present:  # leave a reused testbed as it was
             testbed.kubectl("delete", "crd", name, "--ignore-not-found")
+    if not had_namespace:
+        testbed.kubectl("delete", "namespace", "popfleet", "--wait=false")
 
 
 def _crd_path(name: str) -> str:
@@ -153,7 +159,7 @@ def _promtool(promtool: Path, *args: str, cwd: Path) -> str:
 def test_the_rules_pass_promtool_and_their_unit_tests(
     testbed: cluster.Cluster, tmp_path: Path
 ) -> None:
-    promtool = _tool("POPFLEET_PROMTOOL", "promtool-bin")
+    promtool = _tool("POPFLEET_PROMTOOL", "prometheus-bin")
     (tmp_path / "popfleet.rules.yaml").write_text(yaml.safe_dump(_rules(testbed)))
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     out = _promtool(promtool, "check", "rules", "popfleet.rules.yaml", cwd=tmp_path)
@@ -188,7 +194,7 @@ def _substituted(expr: str) -> str:
 
 
 def test_every_dashboard_query_is_valid_promql_on_our_metrics(tmp_path: Path) -> None:
-    promtool = _tool("POPFLEET_PROMTOOL", "promtool-bin")
+    promtool = _tool("POPFLEET_PROMTOOL", "prometheus-bin")
     operations = (REPO / "docs" / "operations.md").read_text()
     documented = set(re.findall(r"`(popfleet_[a-z_]+)", operations)) | {"up"}
     rules: list[Obj] = []
