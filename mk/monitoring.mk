@@ -1,20 +1,23 @@
-# Prometheus and its promtool, and prometheus-operator's CRDs (issue 19), from the Go module
+# Prometheus and its promtool, prometheus-operator's and KEDA's CRDs (issue 19), from the Go module
 # proxy, cached under ~/.cache/popfleet by version. `make test` checks the chart's rules and
 # the dashboards' queries with promtool, dry-runs the chart's PodMonitors and PrometheusRule
 # against those CRDs on the testbed apiserver (tests/integration/kind_static/
 # test_monitoring_chart.py), and runs a real Prometheus on loopback against real brokers
-# (tests/integration/monitoring/); the tests read the paths exported below.
+# (tests/integration/monitoring/), and dry-runs the KEDA example (crds/examples/keda/); the
+# tests read the paths exported below.
 PROMETHEUS_VERSION        := 3.16.0
 # github.com/prometheus/prometheus's module version v0.3xx.y is Prometheus 3.xx.y
 PROMETHEUS_MODULE_VERSION := v0.316.0
 PROM_OPERATOR_VERSION     := v0.85.0
+KEDA_VERSION              := v2.21.0
 PROMETHEUS_DIR                   := $(HOME)/.cache/popfleet/prometheus-$(PROMETHEUS_VERSION)
 export POPFLEET_PROMETHEUS       := $(PROMETHEUS_DIR)/prometheus
 export POPFLEET_PROMTOOL         := $(PROMETHEUS_DIR)/promtool
 export POPFLEET_MONITORING_CRDS  := $(HOME)/.cache/popfleet/prometheus-operator-$(PROM_OPERATOR_VERSION)/crds
-TEST_PREREQS += prometheus-bin monitoring-crds
+export POPFLEET_KEDA_CRDS        := $(HOME)/.cache/popfleet/keda-$(KEDA_VERSION)/crds
+TEST_PREREQS += prometheus-bin monitoring-crds keda-crds
 
-.PHONY: prometheus-bin monitoring-crds
+.PHONY: prometheus-bin monitoring-crds keda-crds
 
 prometheus-bin: ## prometheus and promtool $(PROMETHEUS_VERSION) (one go install, stripped, cached) when missing
 	@test -x $(POPFLEET_PROMETHEUS) -a -x $(POPFLEET_PROMTOOL) || { \
@@ -37,3 +40,12 @@ monitoring-crds: ## prometheus-operator $(PROM_OPERATOR_VERSION)'s PodMonitor/Pr
 	    cp "$$src/example/prometheus-operator-crd/monitoring.coreos.com_$$kind.yaml" \
 	      $(POPFLEET_MONITORING_CRDS)/ || exit 1; \
 	  done && touch $(POPFLEET_MONITORING_CRDS)/.complete; }
+
+keda-crds: ## KEDA $(KEDA_VERSION)'s ScaledObject and TriggerAuthentication CRDs (module download, cached)
+	@test -f $(POPFLEET_KEDA_CRDS)/.complete || { \
+	  src=$$(cd / && GOFLAGS='' go mod download -json github.com/kedacore/keda/v2@$(KEDA_VERSION) \
+	    | sed -n 's/^\t"Dir": "\(.*\)",$$/\1/p') && test -n "$$src" && \
+	  mkdir -p $(POPFLEET_KEDA_CRDS) && \
+	  for kind in scaledobjects triggerauthentications; do \
+	    cp "$$src/config/crd/bases/keda.sh_$$kind.yaml" $(POPFLEET_KEDA_CRDS)/ || exit 1; \
+	  done && touch $(POPFLEET_KEDA_CRDS)/.complete; }

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 from rocketmq.v5.exception import BadRequestException
 
 from popbroker.store.api import GroupConfig, Permission, TopicConfig
@@ -40,6 +41,7 @@ from tests.integration.monitoring import prometheus
 from tests.integration.monitoring.prometheus import Target
 
 DASHBOARDS = sorted((prometheus.CHART / "dashboards").glob("*.json"))
+KEDA_EXAMPLE = prometheus.REPO / "crds" / "examples" / "keda" / "pop-consumers.yaml"
 POD = "demo-0"
 TOPIC, GROUP = "orders", "billing"
 # Read only where an operator runs or a broker set replicates: the kind e2e's queries.
@@ -77,6 +79,17 @@ def dashboard_queries() -> list[tuple[str, str, str]]:
                     expr = expr.replace(name, value)
                 found.append((path.stem, panel["title"], expr))
     return found
+
+
+def keda_queries() -> list[str]:
+    """The Prometheus queries of the KEDA example's ScaledObjects (same names as here)."""
+    docs = [d for d in yaml.safe_load_all(KEDA_EXAMPLE.read_text()) if d]
+    return [
+        t["metadata"]["query"]
+        for d in docs
+        if d["kind"] == "ScaledObject"
+        for t in d["spec"]["triggers"]
+    ]
 
 
 def rule_selectors(groups: list[dict[str, object]]) -> dict[str, str]:
@@ -164,6 +177,11 @@ def test_every_dashboard_query_and_rule_selector_returns_series(tmp_path: Path) 
                 server.wait(lambda: not empty(), what="series for every query", timeout_s=90)
             except AssertionError as e:
                 raise AssertionError(f"{e}; still empty: {empty()}") from e
+
+            # KEDA's query reads the group's lag: the 3 sent after the pops
+            (keda,) = keda_queries()
+            server.wait(lambda: [float(s["value"][1]) for s in server.query(keda)] == [3.0],
+                        what="the KEDA example's query = 3", timeout_s=30)  # fmt: skip
 
     left_out = sorted(
         {q for _, _, q in queries if elsewhere(q)} | set(filter(elsewhere, selectors))
