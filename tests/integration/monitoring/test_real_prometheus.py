@@ -7,6 +7,8 @@
 * The lag alert stays quiet for a healthy group under steady traffic, fires for a hung
   consumer in PULL mode (its queue stalls while the topic is written) and resolves after the
   group is switched to POP (the others drain the queue); the figures are printed.
+* With nothing written after one burst the lag is flat: the growth alert stays quiet and
+  PopfleetConsumerStalled (lag, and no committed offset moving) fires instead, until POP.
   Three official ``PushConsumer`` processes on a 2-queue topic, as in
   ``tests/integration/broker/test_hung_consumer.py``; the chart's rules rendered with a 20 s
   trend window and a 10 s hold, Prometheus scraping and evaluating every second.
@@ -19,12 +21,14 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 from rocketmq.v5.exception import BadRequestException
 
+from bench.peers.pushfleet import PushFleet
 from popbroker.store.api import GroupConfig, Permission, TopicConfig
 from tests.integration.broker import officialclient as oc
 from tests.integration.broker.consumemodes import (
@@ -54,6 +58,8 @@ FAST_RULES = ("monitoring.prometheusRule.lagWindow=20s", "monitoring.prometheusR
 SEND_EVERY_S = 0.05  # 20 messages/s: one queue's share is what the hung consumer leaves
 MAX_SENDS = 6000  # bound of the producer loop (5 min at that rate)
 ALERT = "PopfleetConsumerLagGrowing"
+STALLED = "PopfleetConsumerStalled"
+BURST = 80  # one burst, then nothing: 40 per queue, more than the hung consumer's cache
 HEALTHY_S = 35.0  # longer than the 20 s window and the 10 s hold together
 
 
@@ -189,8 +195,19 @@ def test_every_dashboard_query_and_rule_selector_returns_series(tmp_path: Path) 
     print("left to the kind e2e (operator, replication):", *left_out, sep="\n  ")
 
 
-@pytest.mark.timeout(420)
-def test_a_hung_pull_consumer_fires_the_lag_alert_and_pop_resolves_it(tmp_path: Path) -> None:
+@dataclass
+class PullGroup:
+    """A broker, a Prometheus evaluating the fast rules, and three PushConsumers of the
+    group in PULL mode, each queue owned by one of them (``owners``)."""
+
+    broker: BrokerProcess
+    server: prometheus.Prometheus
+    fleet: PushFleet
+    owners: dict[int, str]
+
+
+@contextlib.contextmanager
+def pull_group(tmp_path: Path) -> Iterator[PullGroup]:
     rules = prometheus.render_rules(*FAST_RULES)
     with (
         observed_broker(tmp_path, mode="all", topic_perm=Permission.WRITE) as (broker, targets),
@@ -211,40 +228,82 @@ def test_a_hung_pull_consumer_fires_the_lag_alert_and_pop_resolves_it(tmp_path: 
                                     what="both queues assigned (PULL)")  # fmt: skip
         owners = {queue: name for name, queues in pull.items() for queue in queues}
         wait_until_popping(broker, group=GROUP, topic=TOPIC)
-        with producing(broker) as sent:
-            # Healthy, under the same traffic, for a whole window and hold: never fires.
-            healthy_until = time.monotonic() + HEALTHY_S
-            while time.monotonic() < healthy_until:
-                assert not server.alerts(ALERT), "the lag alert is pending for a healthy group"
-                time.sleep(0.5)  # polling Prometheus over a fixed observation window
-            fleet.hang(owners[0])
-            hung_at = time.monotonic()
-            fired_s = server.wait(lambda: firing(server), what=f"{ALERT} firing", timeout_s=120)
-            (alert,) = [a for a in server.alerts(ALERT) if a["state"] == "firing"]
-            assert {k: alert["labels"][k] for k in ("group", "topic", "cluster")} == {
-                "group": GROUP, "topic": TOPIC, "cluster": "demo"}  # fmt: skip
-            lag_at_switch = lag(server)
-            assert lag_at_switch > 0
-
-            set_mode(broker, group=GROUP, topic=TOPIC, mode="POP", share=0)
-            switched_at = time.monotonic()
-            drained_s = server.wait(lambda: lag(server) == 0, what="lag 0 after the switch",
-                                    timeout_s=REFRESH_S + 8 * MARGIN_S)  # fmt: skip
-            server.wait(lambda: not server.alerts(ALERT), what=f"{ALERT} resolved",
-                        timeout_s=REFRESH_S + 8 * MARGIN_S)  # fmt: skip
-            resolved_s = time.monotonic() - switched_at
-            assert sent() > 0
-        print(
-            f"figures: hang -> {ALERT} firing {fired_s:.1f} s (window 20 s + for 10 s), "
-            f"lag at the switch {lag_at_switch:.0f}, switch -> lag 0 {drained_s:.1f} s, "
-            f"switch -> resolved {resolved_s:.1f} s, hang -> switch "
-            f"{switched_at - hung_at:.1f} s, {sent()} sent"
-        )
-        assert fired_s < 120
+        yield PullGroup(broker, server, fleet, owners)
 
 
-def firing(server: prometheus.Prometheus) -> bool:
-    return any(a["state"] == "firing" for a in server.alerts(ALERT))
+def switch_to_pop(group: PullGroup, alert: str) -> tuple[float, float]:
+    """Switch the group to POP; seconds until its lag is 0 and until ``alert`` is gone."""
+    set_mode(group.broker, group=GROUP, topic=TOPIC, mode="POP", share=0)
+    switched_at = time.monotonic()
+    server = group.server
+    drained_s = server.wait(lambda: lag(server) == 0, what="lag 0 after the switch",
+                            timeout_s=REFRESH_S + 8 * MARGIN_S)  # fmt: skip
+    server.wait(lambda: not server.alerts(alert), what=f"{alert} resolved",
+                timeout_s=REFRESH_S + 8 * MARGIN_S)  # fmt: skip
+    return drained_s, time.monotonic() - switched_at
+
+
+def firing_alert(server: prometheus.Prometheus, alert: str, *, timeout_s: float) -> float:
+    """Seconds until ``alert`` fires, for this group and topic only."""
+    fired_s = server.wait(lambda: firing(server, alert), what=f"{alert} firing",
+                          timeout_s=timeout_s)  # fmt: skip
+    (found,) = [a for a in server.alerts(alert) if a["state"] == "firing"]
+    assert {k: found["labels"][k] for k in ("group", "topic", "cluster")} == {
+        "group": GROUP, "topic": TOPIC, "cluster": "demo"}  # fmt: skip
+    return fired_s
+
+
+@pytest.mark.timeout(420)
+def test_a_hung_pull_consumer_fires_the_lag_alert_and_pop_resolves_it(tmp_path: Path) -> None:
+    with pull_group(tmp_path) as group, producing(group.broker) as sent:
+        server = group.server
+        # Healthy, under the same traffic, for a whole window and hold: never fires.
+        healthy_until = time.monotonic() + HEALTHY_S
+        while time.monotonic() < healthy_until:
+            assert not server.alerts(ALERT), "the lag alert is pending for a healthy group"
+            time.sleep(0.5)  # polling Prometheus over a fixed observation window
+        group.fleet.hang(group.owners[0])
+        hung_at = time.monotonic()
+        fired_s = firing_alert(server, ALERT, timeout_s=120)
+        lag_at_switch = lag(server)
+        assert lag_at_switch > 0
+        hung_for_s = time.monotonic() - hung_at
+        drained_s, resolved_s = switch_to_pop(group, ALERT)
+        assert sent() > 0
+    print(
+        f"figures: hang -> {ALERT} firing {fired_s:.1f} s (window 20 s + for 10 s), "
+        f"lag at the switch {lag_at_switch:.0f}, switch -> lag 0 {drained_s:.1f} s, "
+        f"switch -> resolved {resolved_s:.1f} s, hang -> switch {hung_for_s:.1f} s, "
+        f"{sent()} sent"
+    )
+
+
+@pytest.mark.timeout(420)
+def test_a_group_that_commits_nothing_while_it_lags_is_stalled_until_pop(
+    tmp_path: Path,
+) -> None:
+    """Nothing written after one burst: the lag is flat, so only the stall alert can see the
+    hung consumer; the healthy one's queue is drained and commits nothing more either."""
+    with pull_group(tmp_path) as group:
+        server = group.server
+        group.fleet.hang(group.owners[0])
+        with oc.producer(group.broker.endpoint, [TOPIC]) as producer:
+            for i in range(BURST):
+                producer.send(oc.message(TOPIC, f"b{i}".encode()))
+        fired_s = firing_alert(server, STALLED, timeout_s=120)
+        lag_at_switch = lag(server)
+        assert lag_at_switch > 0
+        assert not firing(server, ALERT)  # a flat lag is no trend
+        drained_s, resolved_s = switch_to_pop(group, STALLED)
+    print(
+        f"figures: burst -> {STALLED} firing {fired_s:.1f} s (for 10 s, window 20 s), "
+        f"lag at the switch {lag_at_switch:.0f}, switch -> lag 0 {drained_s:.1f} s, "
+        f"switch -> resolved {resolved_s:.1f} s"
+    )
+
+
+def firing(server: prometheus.Prometheus, alert: str) -> bool:
+    return any(a["state"] == "firing" for a in server.alerts(alert))
 
 
 def lag(server: prometheus.Prometheus) -> float:

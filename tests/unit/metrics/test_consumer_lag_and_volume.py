@@ -9,6 +9,8 @@ them); the test appends and commits offsets, then scrapes:
   lead exports none;
 * the per-queue rule is the API's (``popfleet_api.models.QueueOffsets.lag_messages``, the
   audit's and the CLI's), for any offsets (property test);
+* ``popfleet_broker_consumer_committed_offset{group,topic}`` sums the same queues' committed
+  offsets and moves as the group commits;
 * ``popfleet_store_volume_*`` are the data directory's filesystem.
 """
 
@@ -30,6 +32,7 @@ from tests.storesettings import small_settings
 from tests.unit.metrics.test_admin_requests_and_config_writes import _scrape
 
 LAG = "popfleet_broker_consumer_lag_messages"
+COMMITTED = "popfleet_broker_consumer_committed_offset"
 
 
 async def _append(store: LocalStore, topic: str, queue_id: int, count: int) -> None:
@@ -39,12 +42,12 @@ async def _append(store: LocalStore, topic: str, queue_id: int, count: int) -> N
 
 
 def _lags(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float],
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], metric: str = LAG
 ) -> dict[tuple[str, str], float]:
     return {
         (dict(labels)["group"], dict(labels)["topic"]): value
         for (name, labels), value in samples.items()
-        if name == LAG
+        if name == metric
     }
 
 
@@ -75,6 +78,16 @@ async def test_lag_is_summed_over_the_committed_queues_of_each_group(tmp_path: P
             ("ledger", "orders"): 0.0,  # committed past the end: never negative
             ("ledger", "audit"): 2.0,
         }
+        # the committed offsets over the same queues: what moves while a group consumes
+        assert _lags(samples, COMMITTED) == {
+            ("billing", "orders"): 5.0,
+            ("ledger", "orders"): 9.0,
+            ("ledger", "audit"): 0.0,
+        }
+        await store.commit_offset(group="billing", topic="orders", queue_id=0, queue_offset=4)
+        moved = await _scrape(int(port.read_text()))
+        assert _lags(moved, COMMITTED)[("billing", "orders")] == 7.0
+        assert _lags(moved)[("billing", "orders")] == 1.0
         fs = os.statvfs(tmp_path)
         size = samples[("popfleet_store_volume_size_bytes", frozenset())]
         available = samples[("popfleet_store_volume_available_bytes", frozenset())]
@@ -82,10 +95,9 @@ async def test_lag_is_summed_over_the_committed_queues_of_each_group(tmp_path: P
         assert 0 < available <= size
 
         await store.delete_topic("audit")
-        assert _lags(await _scrape(int(port.read_text()))) == {
-            ("billing", "orders"): 3.0,
-            ("ledger", "orders"): 0.0,
-        }
+        after = await _scrape(int(port.read_text()))
+        assert _lags(after) == {("billing", "orders"): 1.0, ("ledger", "orders"): 0.0}
+        assert set(_lags(after, COMMITTED)) == {("billing", "orders"), ("ledger", "orders")}
     finally:
         await stop()
         await store.close()
@@ -115,6 +127,7 @@ async def test_a_replica_that_does_not_lead_exports_no_lag(tmp_path: Path) -> No
     try:
         samples = await _scrape(int(port.read_text()))
         assert _lags(samples) == {}
+        assert _lags(samples, COMMITTED) == {}
         assert ("popfleet_replication_leader", frozenset()) in samples
     finally:
         await stop()

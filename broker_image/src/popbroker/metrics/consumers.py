@@ -11,6 +11,12 @@ scale on).
   out; retry and DLQ depths are ``popfleet_broker_retry_messages`` and ``…_dlq_messages``.
   Labels: one series per (group, topic) the group consumes, never per queue or per client
   (a fleet of 1,000 groups on 8 queues is 1,000 series per broker, not 8,000).
+* ``popfleet_broker_consumer_committed_offset{group,topic}``: the group's committed queue
+  offsets on ``topic``, summed over the same queues. Only its movement means anything: a
+  group with lag whose committed offsets do not move for a window has stalled (Burrow's
+  STALL, the alert PopfleetConsumerStalled), which lag alone cannot tell when nothing new
+  is written (the lag is flat, not growing). Raw offsets, not ``max(committed, min)``:
+  retention trimming a stalled queue must not look like progress.
 * ``popfleet_store_volume_available_bytes``, ``popfleet_store_volume_size_bytes``: the
   filesystem of the store's data directory (``statvfs``), as an unprivileged process may
   use it: the alert "disk nearly full" reads these, not the kubelet's volume stats, which
@@ -58,9 +64,24 @@ def lag_by_group_topic(
     return lags
 
 
+def committed_by_group_topic(
+    rows: Iterable[CommittedOffset], bounds: Mapping[tuple[str, int], QueueBounds]
+) -> dict[tuple[str, str], int]:
+    """(group, topic) -> committed queue offsets summed over the same queues as
+    :func:`lag_by_group_topic` (module docstring)."""
+    sums: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if names.is_system_topic(row.topic) or (row.topic, row.queue_id) not in bounds:
+            continue
+        key = (row.group, row.topic)
+        sums[key] = sums.get(key, 0) + row.queue_offset
+    return sums
+
+
 class ConsumerLagMetrics:
-    """``popfleet_broker_consumer_lag_messages`` in ``registry``; :meth:`refresh` before each
-    scrape. ``serving``: False on a follower, which exports none (module docstring)."""
+    """``popfleet_broker_consumer_lag_messages`` and ``…_committed_offset`` in ``registry``;
+    :meth:`refresh` before each scrape. ``serving``: False on a follower, which exports none
+    (module docstring)."""
 
     def __init__(
         self,
@@ -78,9 +99,17 @@ class ConsumerLagMetrics:
             ["group", "topic"],
             registry=registry,
         )
+        self.committed = Gauge(
+            "popfleet_broker_consumer_committed_offset",
+            "A consumer group's committed queue offsets on a topic, summed over the queues it "
+            "has committed on (only its movement matters: none while lagging = stalled)",
+            ["group", "topic"],
+            registry=registry,
+        )
 
     async def refresh(self) -> None:
         self.lag.clear()  # a deleted group or topic loses its series
+        self.committed.clear()
         if not self._serving():
             return
         rows = await self._store.committed_offsets()
@@ -93,6 +122,8 @@ class ConsumerLagMetrics:
                 continue
         for (group, topic), lag in sorted(lag_by_group_topic(rows, bounds).items()):
             self.lag.labels(group, topic).set(lag)
+        for (group, topic), offset in sorted(committed_by_group_topic(rows, bounds).items()):
+            self.committed.labels(group, topic).set(offset)
 
 
 class VolumeCollector(Collector):

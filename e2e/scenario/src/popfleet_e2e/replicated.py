@@ -263,6 +263,11 @@ def _survives(
         f"{gap} after the disruption; "
         f"all {len(tally.acked)} acknowledged consumed ({tally.describe()}); "
         f"Lease terms {history.terms()}"
+        + (
+            f"; consumers started again: {traffic.startup_failures}"
+            if traffic.startup_failures
+            else ""
+        )
     )
 
 

@@ -17,6 +17,7 @@ its messages (FAILURE, so a nack, never an ack) when ``stop`` releases it.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -35,6 +36,7 @@ from rocketmq import (
 )
 
 HUNG_HOLD_LIMIT_S = 900  # a hung listener is released by stop(); this only bounds a leak
+STARTUP_ATTEMPTS = 3  # a consumer that cannot start is started again (Traffic._start_consumer)
 SHUTDOWN_LIMIT_S = 30.0  # for all consumers at once: see Traffic._shutdown
 
 
@@ -194,6 +196,7 @@ class Traffic:
     _hung: _Hung | None = None
     _hung_consumer: Any = None
     stuck_shutdowns: list[str] = field(default_factory=list)
+    startup_failures: list[str] = field(default_factory=list)
     _producing: _Producing | None = None
 
     def start(self) -> None:
@@ -218,13 +221,28 @@ class Traffic:
     def _start_consumer(
         self, listener: Any, subscription: dict[str, Any], *, cache: int, threads: int
     ) -> Any:
-        consumer = PushConsumer(
-            configuration(self.endpoints), self.group, listener, subscription,
-            max_cache_message_count=cache, consumption_thread_count=threads,
-        )  # fmt: skip
-        consumer.startup()
-        self._consumers.append(consumer)
-        return consumer
+        """A started PushConsumer. One that cannot start (its first settings did not come
+        within the client's 10 s: a Service created seconds ago, not yet routed by
+        kube-proxy on a loaded node) is shut down and started again, as its pod would be
+        restarted; up to STARTUP_ATTEMPTS times, each failure kept in ``startup_failures``."""
+        attempt = 0
+        while True:
+            attempt += 1
+            consumer = PushConsumer(
+                configuration(self.endpoints), self.group, listener, subscription,
+                max_cache_message_count=cache, consumption_thread_count=threads,
+            )  # fmt: skip
+            try:
+                consumer.startup()
+            except Exception as exc:  # the client's own types, or its cleanup's AttributeError
+                self.startup_failures.append(f"attempt {attempt}: {type(exc).__name__}: {exc}")
+                with contextlib.suppress(Exception):  # leave no heartbeating half-consumer
+                    consumer.shutdown()
+                if attempt >= STARTUP_ATTEMPTS:
+                    raise
+                continue
+            self._consumers.append(consumer)
+            return consumer
 
     def release_hung(self) -> int:
         """The hung consumer gives its messages back (nack) and leaves; how many it held.
