@@ -17,7 +17,6 @@ That every query returns series from a real scrape is the kind e2e's business.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -30,6 +29,7 @@ import yaml
 
 from popfleet_testbed import cluster
 from tests.integration.kind_static.conftest import CHART, KUBE_VERSION, REPO
+from tests.integration.monitoring.prometheus import tool
 
 MONITORING_SETS = [
     "monitoring.podMonitors.enabled=true",
@@ -50,14 +50,6 @@ VARIABLES = {
 Obj = dict[str, Any]
 
 pytestmark = pytest.mark.timeout(240)
-
-
-def _tool(variable: str, make_target: str) -> Path:
-    """A path make exports (``make test`` builds or downloads it first); fail loudly without."""
-    value = os.environ.get(variable)
-    if not value or not Path(value).exists():
-        pytest.fail(f"${variable} is not set or missing ({value!r}): run `make {make_target}`")
-    return Path(value)
 
 
 def render(testbed: cluster.Cluster, *sets: str) -> list[Obj]:
@@ -82,7 +74,7 @@ def _monitoring(docs: list[Obj]) -> list[Obj]:
 def monitoring_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
     """prometheus-operator's PodMonitor and PrometheusRule CRDs on the testbed apiserver, and
     the namespace the chart is rendered for (a dry-run cannot create it)."""
-    crds = _tool("POPFLEET_MONITORING_CRDS", "monitoring-crds")
+    crds = tool("POPFLEET_MONITORING_CRDS", "monitoring-crds")
     had_namespace = testbed.admin.get_or_none("/api/v1/namespaces/popfleet") is not None
     if not had_namespace:
         testbed.kubectl("create", "namespace", "popfleet")
@@ -159,7 +151,7 @@ def _promtool(promtool: Path, *args: str, cwd: Path) -> str:
 def test_the_rules_pass_promtool_and_their_unit_tests(
     testbed: cluster.Cluster, tmp_path: Path
 ) -> None:
-    promtool = _tool("POPFLEET_PROMTOOL", "prometheus-bin")
+    promtool = tool("POPFLEET_PROMTOOL", "prometheus-bin")
     (tmp_path / "popfleet.rules.yaml").write_text(yaml.safe_dump(_rules(testbed)))
     shutil.copy(RULE_TESTS, tmp_path / RULE_TESTS.name)
     out = _promtool(promtool, "check", "rules", "popfleet.rules.yaml", cwd=tmp_path)
@@ -194,7 +186,7 @@ def _substituted(expr: str) -> str:
 
 
 def test_every_dashboard_query_is_valid_promql_on_our_metrics(tmp_path: Path) -> None:
-    promtool = _tool("POPFLEET_PROMTOOL", "prometheus-bin")
+    promtool = tool("POPFLEET_PROMTOOL", "prometheus-bin")
     operations = (REPO / "docs" / "operations.md").read_text()
     documented = set(re.findall(r"`(popfleet_[a-z_]+)", operations)) | {"up"}
     rules: list[Obj] = []
