@@ -7,7 +7,7 @@ KIND_VERSION := v0.29.0
 KIND_BIN     := $(HOME)/.cache/popfleet/kind-$(KIND_VERSION)/kind
 TEST_PREREQS += shellcheck kind-bin  # kind itself validates e2e/kind/kind-config.yaml in make test
 
-.PHONY: shellcheck kind-bin e2e-kind bench-kind crd-reference drift-crd-reference
+.PHONY: shellcheck kind-bin e2e-kind e2e-keda bench-kind crd-reference drift-crd-reference
 
 shellcheck: ## shellcheck from Debian (make test lints every shell script with it)
 	@command -v shellcheck >/dev/null || \
@@ -19,9 +19,17 @@ kind-bin: ## kind $(KIND_VERSION) (go install, cached under ~/.cache/popfleet) w
 	  (cd / && GOBIN=$(dir $(KIND_BIN)) GOFLAGS='' go install sigs.k8s.io/kind@$(KIND_VERSION))
 	@$(KIND_BIN) version | grep -q ' $(KIND_VERSION) ' || { echo "kind-bin: $(KIND_BIN) is not $(KIND_VERSION)" >&2; exit 1; }
 
-e2e-kind: $(STAMP) testbed-bin kind-bin front ## the e2e scenario on kind with images built here (needs Docker)
+e2e-kind: $(STAMP) testbed-bin kind-bin front prometheus-bin prometheus-operator-bin ## the e2e scenario on kind with images built here (needs Docker)
 	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
+	  PROMETHEUS_DIR=$(PROMETHEUS_DIR) PROM_OPERATOR_BIN=$(PROM_OPERATOR_BIN) \
 	  e2e/kind/run.sh $(E2E_KIND_ARGS)
+
+# Not in make test: KEDA's build costs ~12 min cold (docs/design/2026-12-07-keda-outside-ci.md).
+e2e-keda: $(STAMP) testbed-bin kind-bin front prometheus-bin prometheus-operator-bin keda-bin ## consumers scaled on lag by KEDA on kind: PULL flat, POP grows (issue 19, ~10 min)
+	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
+	  PROMETHEUS_DIR=$(PROMETHEUS_DIR) PROM_OPERATOR_BIN=$(PROM_OPERATOR_BIN) KEDA_BIN=$(KEDA_BIN) \
+	  KEDA_VERSION=$(KEDA_VERSION) \
+	  POPFLEET_E2E_SCENARIO=keda e2e/kind/run.sh $(E2E_KIND_ARGS)
 
 BENCH_KIND_SIZES ?= 100,500,1000
 

@@ -15,9 +15,11 @@ export POPFLEET_PROMETHEUS       := $(PROMETHEUS_DIR)/prometheus
 export POPFLEET_PROMTOOL         := $(PROMETHEUS_DIR)/promtool
 export POPFLEET_MONITORING_CRDS  := $(HOME)/.cache/popfleet/prometheus-operator-$(PROM_OPERATOR_VERSION)/crds
 export POPFLEET_KEDA_CRDS        := $(HOME)/.cache/popfleet/keda-$(KEDA_VERSION)/crds
+PROM_OPERATOR_BIN                := $(HOME)/.cache/popfleet/prometheus-operator-$(PROM_OPERATOR_VERSION)/bin
+KEDA_BIN                         := $(HOME)/.cache/popfleet/keda-$(KEDA_VERSION)/bin
 TEST_PREREQS += prometheus-bin monitoring-crds keda-crds
 
-.PHONY: prometheus-bin monitoring-crds keda-crds
+.PHONY: prometheus-bin monitoring-crds keda-crds prometheus-operator-bin keda-bin
 
 prometheus-bin: ## prometheus and promtool $(PROMETHEUS_VERSION) (one go install, stripped, cached) when missing
 	@test -x $(POPFLEET_PROMETHEUS) -a -x $(POPFLEET_PROMTOOL) || { \
@@ -49,3 +51,21 @@ keda-crds: ## KEDA $(KEDA_VERSION)'s ScaledObject and TriggerAuthentication CRDs
 	  for kind in scaledobjects triggerauthentications; do \
 	    cp "$$src/config/crd/bases/keda.sh_$$kind.yaml" $(POPFLEET_KEDA_CRDS)/ || exit 1; \
 	  done && touch $(POPFLEET_KEDA_CRDS)/.complete; }
+
+# The kind observability scenario (e2e/kind/observe) runs these in pods: the binaries are built
+# here, from a copy of each module (both refuse `go install @version`), and put in images there.
+PROM_OPERATOR_REVISION := 2ed4172b180213b6082025237bb0c155b74b6080
+PROM_VERSION_PKG       := github.com/prometheus/common/version
+
+prometheus-operator-bin: ## prometheus-operator and prometheus-config-reloader $(PROM_OPERATOR_VERSION) (~3.5 min cold, cached)
+	@test -f $(PROM_OPERATOR_BIN)/.complete || KEEP=bundle.yaml scripts/go-build-module.sh \
+	  github.com/prometheus-operator/prometheus-operator@$(PROM_OPERATOR_VERSION) $(PROM_OPERATOR_BIN) \
+	  "-X $(PROM_VERSION_PKG).Version=$(PROM_OPERATOR_VERSION:v%=%) -X $(PROM_VERSION_PKG).Revision=$(PROM_OPERATOR_REVISION) -X $(PROM_VERSION_PKG).Branch=$(PROM_OPERATOR_VERSION)" \
+	  "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring github.com/prometheus-operator/prometheus-operator/pkg/client" \
+	  ./cmd/operator ./cmd/prometheus-config-reloader
+
+keda-bin: ## KEDA $(KEDA_VERSION)'s operator and metrics apiserver (~12 min cold, cached); no admission webhooks
+	@test -f $(KEDA_BIN)/.complete || KEEP=config scripts/go-build-module.sh \
+	  github.com/kedacore/keda/v2@$(KEDA_VERSION) $(KEDA_BIN) \
+	  "-X github.com/kedacore/keda/v2/version.Version=$(KEDA_VERSION:v%=%) -X github.com/kedacore/keda/v2/version.GitCommit=$(KEDA_VERSION)" \
+	  "" ./cmd/operator=keda ./cmd/adapter=keda-adapter

@@ -186,6 +186,15 @@ def main(argv: list[str] | None = None) -> int:
         "--spark-operator", type=Path, required=True,
         help="sparkoperator/build.sh's directory (crds.yaml); its image is loaded",
     )  # fmt: skip
+    parser.add_argument(
+        "--monitoring-bundle", type=Path, required=True,
+        help="prometheus-operator's bundle.yaml (its images are loaded)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--prometheus-image", required=True, help="loaded; its tag is the version (v3.16.0)"
+    )
+    parser.add_argument("--keda-config", type=Path, help="KEDA's config/ (make keda-bin)")
+    parser.add_argument("--keda-images", help="OPERATOR,ADAPTER: KEDA's images, loaded")
     args = parser.parse_args(argv)
     try:
         namespace = story_namespace(args.values, args.namespace)
@@ -194,7 +203,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"e2e-kind: {exc}", file=sys.stderr)
         return 2
 
-    from popfleet_e2e.access import ClusterAccess, SparkOperatorBuild  # noqa: PLC0415
+    operator, _, adapter = (args.keda_images or ",").partition(",")
+    if (args.keda_config is None) != (not args.keda_images):
+        print("e2e-kind: --keda-config and --keda-images go together", file=sys.stderr)
+        return 2
+    from popfleet_e2e.access import (  # noqa: PLC0415
+        ClusterAccess,
+        KedaBuild,
+        MonitoringBuild,
+        SparkOperatorBuild,
+    )
 
     tunnels = importlib.import_module("proxy_tunnel")  # beside this file (run as a script)
 
@@ -211,6 +229,14 @@ def main(argv: list[str] | None = None) -> int:
             crds=args.spark_operator / "crds.yaml",
             manifests=KIND_DIR / "sparkoperator" / "manifests.yaml",
         ),
+        monitoring=MonitoringBuild(
+            bundle=args.monitoring_bundle,
+            prometheus_image=args.prometheus_image,
+            prometheus_version=args.prometheus_image.rpartition(":")[2],
+        ),
+        keda=None
+        if args.keda_config is None
+        else KedaBuild(config=args.keda_config, operator_image=operator, adapter_image=adapter),
         bootstrap_via_service=True,
     )
     image = (yaml.safe_load(args.values.read_text()) or {})["image"]

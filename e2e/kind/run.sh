@@ -20,6 +20,8 @@
 #  5. build      broker, operator and audit images from this tree (--build-arg BASE=...),
 #                `kind load`ed under the names the chart and CRDs default to; the kubeflow
 #                Spark operator (sparkoperator/build.sh, cached) on the audit image;
+#                prometheus-operator and Prometheus (observe/*.Dockerfile) from the binaries
+#                make builds from the Go module proxy (cached under ~/.cache/popfleet);
 #  6. smoke      every image's entry point on a read-only root, a random non-root UID and
 #                HOME=/nonexistent, answering health (smoke_images.py);
 #  7. scenario   the shared story (popfleet_e2e) plus the kind-only steps, via kind_access.py
@@ -31,7 +33,10 @@
 # size (the operator under the chart's memory limit), the cluster deleted.
 #
 # Environment: KIND (kind binary), BIN_DIR (kubectl and helm), PY (python with popfleet_e2e),
-# all set by mk/kind.mk; KIND_CLUSTER (default popfleet-e2e).
+# PROMETHEUS_DIR and PROM_OPERATOR_BIN (the monitoring binaries), all set by mk/kind.mk;
+# KEDA_BIN and KEDA_VERSION (KEDA's binaries and config/: make e2e-keda, with
+# POPFLEET_E2E_SCENARIO=keda);
+# KIND_CLUSTER (default popfleet-e2e).
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -159,6 +164,54 @@ if [ -z "$bench" ]; then
   done_ "$spark_operator_image"
 fi
 
+# The monitoring stack (issue 19): prometheus-operator's images under the names its bundle
+# gives them (so the bundle applies unchanged), and Prometheus; static binaries cached by make.
+monitoring_images=()
+prometheus_image=""
+prometheus_version=""
+build_monitoring() {
+  : "${PROMETHEUS_DIR:?PROMETHEUS_DIR must hold prometheus (make e2e-kind sets it)}"
+  : "${PROM_OPERATOR_BIN:?PROM_OPERATOR_BIN must hold prometheus-operator (make e2e-kind sets it)}"
+  local bundle=$PROM_OPERATOR_BIN/bundle.yaml operator reloader
+  operator=$(sed -n 's/^ *image: \(quay.io\/prometheus-operator\/prometheus-operator:.*\)$/\1/p' "$bundle")
+  reloader=$(sed -n 's/^ *- --prometheus-config-reloader=\(.*\)$/\1/p' "$bundle")
+  prometheus_version=v$("$PROMETHEUS_DIR/prometheus" --version | sed -n 's/^prometheus, version \([0-9.]*\) .*/\1/p')
+  prometheus_image=popfleet.local/prometheus:$prometheus_version
+  if [ -z "$operator" ] || [ -z "$reloader" ] || [ "$prometheus_version" = v ]; then
+    echo "run.sh: cannot read the monitoring images from $bundle and $PROMETHEUS_DIR" >&2; exit 1
+  fi
+  begin "build monitoring"
+  for spec in "operator $operator" "config-reloader $reloader"; do
+    read -r target tag <<<"$spec"
+    docker build -q --target "$target" -f "$here/observe/prometheus-operator.Dockerfile" \
+      -t "$tag" "$PROM_OPERATOR_BIN" >/dev/null \
+      2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2)
+  done
+  docker build -q -f "$here/observe/prometheus.Dockerfile" -t "$prometheus_image" "$PROMETHEUS_DIR" \
+    >/dev/null 2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2)
+  monitoring_images=("$operator" "$reloader" "$prometheus_image")
+  done_ "${monitoring_images[*]}"
+}
+# KEDA (make e2e-keda sets KEDA_BIN): its operator and metrics apiserver, for the elastic step.
+keda_images=()
+build_keda() {
+  local version=${KEDA_VERSION:?KEDA_VERSION must name the KEDA build (make e2e-keda sets it)}
+  begin "build keda"
+  for target in operator adapter; do
+    docker build -q --target "$target" -f "$here/observe/keda.Dockerfile" \
+      -t "popfleet.local/keda-$target:$version" "$KEDA_BIN" >/dev/null \
+      2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2)
+    keda_images+=("popfleet.local/keda-$target:$version")
+  done
+  done_ "${keda_images[*]}"
+}
+if [ -z "$bench" ]; then
+  build_monitoring
+  if [ -n "${KEDA_BIN:-}" ]; then
+    build_keda
+  fi
+fi
+
 load_images() { # tag... (one archive: layers the images share are sent once)
   begin load
   "$KIND" load docker-image "$@" --name "$cluster" >/dev/null
@@ -183,7 +236,8 @@ if [ -n "$bench" ]; then
 fi
 
 create_cluster
-load_images "${images[@]}" "$next_broker" "$spark_operator_image"
+load_images "${images[@]}" "$next_broker" "$spark_operator_image" "${monitoring_images[@]}" \
+  ${keda_images[@]+"${keda_images[@]}"}
 
 begin smoke
 "$PY" "$here/smoke_images.py" --kubeconfig "$kubeconfig" "${images[@]}"
@@ -192,5 +246,7 @@ done_
 begin scenario
 "$PY" "$here/kind_access.py" --kubeconfig "$kubeconfig" --bin-dir "$BIN_DIR" --values "$values" \
   --node "$cluster-control-plane" --next-broker-image "$next_broker" \
-  --spark-operator "$(dirname "$spark_operator")"
+  --spark-operator "$(dirname "$spark_operator")" \
+  --monitoring-bundle "$PROM_OPERATOR_BIN/bundle.yaml" --prometheus-image "$prometheus_image" \
+  ${KEDA_BIN:+--keda-config "$KEDA_BIN/config" --keda-images "${keda_images[0]},${keda_images[1]}"}
 done_

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import signal
 import socket
 import subprocess
@@ -198,12 +197,3 @@ def _ready(port: int) -> bool:
             return bool(reply.status == 200)
     except (urllib.error.URLError, OSError):
         return False
-
-
-SELECTOR = re.compile(r"(?<![\w:])(popfleet[a-z0-9_:]*|up)(\{[^}]*\})?(?![\w:(])")
-
-
-def selectors(expr: str) -> list[str]:
-    """The vector selectors of ``expr``, with their label matchers (``up{job="…"}``,
-    ``popfleet:consumer_lag_messages:sum``), each once."""
-    return sorted({m.group(0) for m in SELECTOR.finditer(expr)})

@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -25,11 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import yaml
 from rocketmq.v5.exception import BadRequestException
 
 from bench.peers.pushfleet import PushFleet
 from popbroker.store.api import GroupConfig, Permission, TopicConfig
+from popfleet_e2e import observe
 from tests.integration.broker import officialclient as oc
 from tests.integration.broker.consumemodes import (
     MARGIN_S,
@@ -44,8 +43,6 @@ from tests.integration.broker.harness import BrokerProcess
 from tests.integration.monitoring import prometheus
 from tests.integration.monitoring.prometheus import Target
 
-DASHBOARDS = sorted((prometheus.CHART / "dashboards").glob("*.json"))
-KEDA_EXAMPLE = prometheus.REPO / "crds" / "examples" / "keda" / "pop-consumers.yaml"
 POD = "demo-0"
 TOPIC, GROUP = "orders", "billing"
 # Read only where an operator runs or a broker set replicates: the kind e2e's queries.
@@ -75,38 +72,7 @@ def variables(rate_interval: str) -> dict[str, str]:
 
 def dashboard_queries() -> list[tuple[str, str, str]]:
     """(dashboard, panel, query with the variables filled in) of every panel."""
-    found = []
-    for path in DASHBOARDS:
-        board = json.loads(path.read_text())
-        for panel in board["panels"]:
-            for target in panel.get("targets", []):
-                expr = target["expr"]
-                for name, value in variables("5s").items():
-                    expr = expr.replace(name, value)
-                found.append((path.stem, panel["title"], expr))
-    return found
-
-
-def keda_queries() -> list[str]:
-    """The Prometheus queries of the KEDA example's ScaledObjects (same names as here)."""
-    docs = [d for d in yaml.safe_load_all(KEDA_EXAMPLE.read_text()) if d]
-    return [
-        t["metadata"]["query"]
-        for d in docs
-        if d["kind"] == "ScaledObject"
-        for t in d["spec"]["triggers"]
-    ]
-
-
-def rule_selectors(groups: list[dict[str, object]]) -> dict[str, str]:
-    """Every selector of every rule -> the rule that reads it."""
-    found: dict[str, str] = {}
-    for group in groups:
-        for rule in group["rules"]:  # type: ignore[attr-defined]
-            name = rule.get("alert") or rule["record"]
-            for selector in prometheus.selectors(rule["expr"]):
-                found.setdefault(selector, name)
-    return found
+    return observe.dashboard_queries(variables("5s"))
 
 
 def elsewhere(expr: str) -> bool:
@@ -147,7 +113,7 @@ def observed_broker(
 def test_every_dashboard_query_and_rule_selector_returns_series(tmp_path: Path) -> None:
     rules = prometheus.render_rules()
     queries = dashboard_queries()
-    selectors = rule_selectors(rules)
+    selectors = observe.rule_selectors(rules)
     with (
         observed_broker(tmp_path, mode="all-front", topic_perm=Permission.READ_WRITE) as (
             broker,
@@ -185,7 +151,7 @@ def test_every_dashboard_query_and_rule_selector_returns_series(tmp_path: Path) 
                 raise AssertionError(f"{e}; still empty: {empty()}") from e
 
             # KEDA's query reads the group's lag: the 3 sent after the pops
-            (keda,) = keda_queries()
+            (keda,) = observe.keda_queries()
             server.wait(lambda: [float(s["value"][1]) for s in server.query(keda)] == [3.0],
                         what="the KEDA example's query = 3", timeout_s=30)  # fmt: skip
 

@@ -7,6 +7,7 @@ from typing import Any
 
 import kopf
 import pytest
+from prometheus_client import REGISTRY
 
 from popfleet_operator import errors
 from popfleet_operator.handlers import runtime
@@ -65,3 +66,20 @@ async def test_a_timer_tick_never_raises(status: int, caplog: pytest.LogCaptureF
         "Topic", memo={}, patch=kopf.Patch(), logger=LOG, retry=None, reconcile=failing(exc)
     )
     assert f"resync: GET /x: {status}" in caplog.text
+
+
+def failed_count(kind: str) -> float | None:
+    return REGISTRY.get_sample_value(
+        "popfleet_operator_reconciles_total", {"kind": kind, "result": "failed"}
+    )
+
+
+@pytest.mark.parametrize("kind", ["BrokerCluster", "Topic", "ConsumerGroup"])
+async def test_failed_rounds_are_a_series_from_the_start_and_count_up(kind: str) -> None:
+    before = failed_count(kind)
+    assert before is not None  # exported at 0 before any failure: rate() reads 0, not no data
+    forbidden = errors.KubeError("PATCH /x: 403 forbidden", status=403)
+    await runtime.reconcile_round(
+        kind, memo={}, patch=kopf.Patch(), logger=LOG, retry=None, reconcile=failing(forbidden)
+    )
+    assert failed_count(kind) == before + 1

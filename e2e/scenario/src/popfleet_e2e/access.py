@@ -16,7 +16,9 @@ Why: the same scenario runs on the local testbed (e2e/local, ``make demo``) and 
   sets). None (the testbed): brokers are dialled directly;
 * ``helm_values``: extra ``--set`` values for the install (image repositories on kind);
 * ``node_exec`` and ``next_broker_image``: what the kind-only steps (``disruptions``) need;
-  ``spark_operator``: the Spark operator build the SparkApplication step installs.
+  ``spark_operator``: the Spark operator build the SparkApplication step installs;
+  ``monitoring``: prometheus-operator and Prometheus for the observability steps; ``keda``:
+  KEDA for the elastic-consumers step.
 
 Every call has a deadline; a failing tool raises ``ScenarioError`` with its stderr.
 """
@@ -38,6 +40,27 @@ Resolver = Callable[[str], str]
 
 class ScenarioError(Exception):
     """A step of the scenario failed; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class MonitoringBuild:
+    """prometheus-operator and Prometheus built here (kind, issue 19): the operator's bundle
+    (its CRDs, RBAC and Deployment, from its module) and the Prometheus image ``kind load``ed.
+    Its own images carry the names the bundle names, so the bundle applies as it is."""
+
+    bundle: Path
+    prometheus_image: str
+    prometheus_version: str
+
+
+@dataclass(frozen=True)
+class KedaBuild:
+    """KEDA built here (kind, issue 19): its kustomize tree (``config/`` of its module) and its
+    operator and metrics apiserver images, ``kind load``ed."""
+
+    config: Path
+    operator_image: str
+    adapter_image: str
 
 
 @dataclass(frozen=True)
@@ -75,6 +98,8 @@ class ClusterAccess:
     node_exec: Callable[[Sequence[str]], str] | None = field(default=None, repr=False)
     next_broker_image: str | None = None
     spark_operator: SparkOperatorBuild | None = None
+    monitoring: MonitoringBuild | None = None
+    keda: KedaBuild | None = None
     # Clients bootstrap from the brokers' client Service (its ClusterIP), as in-cluster users
     # do, instead of every pod IP: a bootstrap of pod IPs is lost once a rolling upgrade has
     # replaced every pod. Off on the testbed, whose ClusterIPs route nowhere.

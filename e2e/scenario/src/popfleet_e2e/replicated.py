@@ -84,7 +84,8 @@ def _lease(access: ClusterAccess) -> Obj:
     return access.get_or_none("lease", SET) or {"metadata": {}, "spec": {}}
 
 
-def _holder(access: ClusterAccess) -> str | None:
+def leader(access: ClusterAccess) -> str | None:
+    """The pod that holds the set's Lease (its leader), if any."""
     holder = _lease(access)["spec"].get("holderIdentity")
     return str(holder) if holder else None
 
@@ -101,7 +102,7 @@ def _pods(access: ClusterAccess) -> dict[str, Obj]:
 
 def _settled(access: ClusterAccess, *, not_: str | None = None) -> str | None:
     """The leader once the Lease, the pod label and the Service's endpoints agree."""
-    lead, pods = _holder(access), _pods(access)
+    lead, pods = leader(access), _pods(access)
     if lead is None or lead == not_ or lead not in pods:
         return None
     labelled = {n for n, p in pods.items() if p["metadata"]["labels"].get(LEADER_LABEL) == "true"}
@@ -170,7 +171,7 @@ class LeaseHistory:
 
 def describe(access: ClusterAccess) -> str:
     pods = {n: p["metadata"]["labels"].get(LEADER_LABEL) for n, p in _pods(access).items()}
-    return f"lease holder {_holder(access)}, in sync {sorted(_in_sync(access))}, pods {pods}"
+    return f"lease holder {leader(access)}, in sync {sorted(_in_sync(access))}, pods {pods}"
 
 
 def created(story: Story) -> str:
@@ -224,7 +225,7 @@ def _survives(
             lambda: len(tally.consumed) >= 20, timeout_s=120, what="20 consumed from the set",
             seen=tally.describe,
         )  # fmt: skip
-        first = _holder(access)
+        first = leader(access)
         if first is None:
             raise ScenarioError(f"no leader before the disruption: {describe(access)}")
         before = len(tally.acked)

@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from popfleet_e2e import (
     auditing,
     disruptions,
+    elastic,
     lifecycle,
     logs,
+    observe,
     operatorfaults,
     replicated,
     sparkapps,
@@ -178,15 +180,77 @@ _KIND_UNTIL_POD_DELETED: tuple[Step, ...] = tuple(
     {ENABLE_AUDITS: ENABLE_KUBERNETES_AUDITS, AUDIT_RAN: KUBERNETES_AUDIT_RAN}.get(step, step)
     for step in _UNTIL_POD_DELETED
 )
-KIND: tuple[Step, ...] = (
-    *_KIND_UNTIL_POD_DELETED,
-    SPARK_APPLICATION_RAN,
-    *REAL_CLUSTER_ONLY,
-    *_FROM_NO_LOSS,
+# On kind a real Prometheus (prometheus-operator, both built here) scrapes the chart's
+# PodMonitors and evaluates its PrometheusRule (issue 19): installed before the chart, the lag
+# alert fires for the hung PULL consumer and resolves once POP drained it, and every dashboard
+# and rule query returns series while the replicated set still runs (``observe``).
+MONITORING_INSTALLED = Step(
+    "prometheus-operator and Prometheus (built here) select every PodMonitor and rule",
+    observe.installed,
+)
+OBSERVED_AFTER: dict[Step, Step] = {
+    SETUP[4]: Step(
+        "Prometheus: every target up; PopfleetConsumerLagGrowing fires for the hung consumer",
+        observe.lag_alert_fires,
+    ),
+    SETUP[6]: Step("Prometheus: the lag alert resolves after POP", observe.lag_alert_resolves),
+    REPLICATED[3]: Step(
+        "Prometheus: every dashboard, rule and KEDA query returns series",
+        observe.every_query_returns_series,
+    ),
+}
+
+
+def observed(chosen: Sequence[Step]) -> tuple[Step, ...]:
+    """``chosen`` with the monitoring stack installed first and ``OBSERVED_AFTER``'s steps."""
+    out = [MONITORING_INSTALLED]
+    for step in chosen:
+        out.append(step)
+        if step in OBSERVED_AFTER:
+            out.append(OBSERVED_AFTER[step])
+    return tuple(out)
+
+
+KIND: tuple[Step, ...] = observed(
+    (*_KIND_UNTIL_POD_DELETED, SPARK_APPLICATION_RAN, *REAL_CLUSTER_ONLY, *_FROM_NO_LOSS)
 )
 # For work on the replicated steps alone (``POPFLEET_E2E_SCENARIO=replicated`` on kind).
-KIND_REPLICATED: tuple[Step, ...] = (SETUP[0], *REPLICATED, *_FROM_NO_LOSS[-2:])
-SCENARIOS = {"kind": KIND, "replicated": KIND_REPLICATED}
+# The chart's PodMonitors need prometheus-operator's CRDs; the queries need the story's group.
+KIND_REPLICATED: tuple[Step, ...] = (
+    MONITORING_INSTALLED,
+    SETUP[0],
+    *REPLICATED,
+    *_FROM_NO_LOSS[-2:],
+)
+# For work on the observability steps alone (``POPFLEET_E2E_SCENARIO=observe`` on kind).
+KIND_OBSERVE: tuple[Step, ...] = (
+    *observed((*SETUP[:3], ENABLE_AUDITS, *SETUP[3:])),  # audits: the AuditHealthy queries
+    REPLICATED[0],
+    OBSERVED_AFTER[REPLICATED[3]],
+    *_FROM_NO_LOSS[-2:],
+)
+# Consumers scaled by their lag with KEDA, PULL against POP (``make e2e-keda``; issue 19).
+KIND_KEDA: tuple[Step, ...] = (
+    MONITORING_INSTALLED,
+    SETUP[0],
+    Step("KEDA (built here) installed: operator, metrics apiserver", elastic.keda_installed),
+    Step(
+        "PULL, 2 queues: KEDA scales the consumers 2 -> 8 and throughput stays flat",
+        elastic.pull_stays_flat,
+    ),
+    Step(
+        "kubectl patch the group to POP: 8 replicas drain the backlog, KEDA scales down",
+        elastic.pop_drains,
+    ),
+    Step("POP: KEDA scales up again and throughput grows with replicas", elastic.pop_grows),
+    *_FROM_NO_LOSS[-2:],
+)
+SCENARIOS = {
+    "kind": KIND,
+    "replicated": KIND_REPLICATED,
+    "observe": KIND_OBSERVE,
+    "keda": KIND_KEDA,
+}
 
 
 def run_steps(story: Story, chosen: Sequence[Step], *, say: Say = print) -> dict[str, float]:
@@ -211,3 +275,4 @@ def run(
     finally:
         if story.traffic is not None:
             story.traffic.stop()
+        elastic.stop(story)

@@ -12,6 +12,7 @@ check in ``logs``.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import dataclass, field
 
 from popfleet_e2e import auditing, brokers, conditions, logs, waits
@@ -34,6 +35,10 @@ class Story:
     logbook: logs.LogBook = field(default_factory=logs.LogBook)
     traffic_max_s: float = 1_800.0  # the producer's own bound (make demo runs longer)
     audit_pods: auditing.PodTally | None = None  # kind: the audit pods seen while runs go
+    elastic: object | None = None  # kind, KEDA: the elastic step's producer and sampler
+    # time.monotonic() of moments later steps measure from ("traffic": the hung consumer's
+    # first messages; "pop": the patch to POP)
+    marks: dict[str, float] = field(default_factory=dict)
 
     def running_traffic(self) -> Traffic:
         if self.traffic is None:
@@ -117,6 +122,7 @@ def start_traffic(story: Story) -> str:
         max_messages=int(story.traffic_max_s * 10),
     )  # fmt: skip
     story.traffic.start()
+    story.marks["traffic"] = time.monotonic()
     tally = story.traffic.tally
     waits.until(
         lambda: len(tally.consumed) >= 20 and tally.held, timeout_s=90,
@@ -161,6 +167,7 @@ def switch_to_pop(story: Story) -> str:
     """``kubectl patch`` the group to POP; ModeApplied, and every broker reads back POP."""
     access = story.access
     access.merge_patch("consumergroup", GROUP, POP_PATCH)
+    story.marks["pop"] = time.monotonic()
 
     def all_pop(obj: Obj) -> bool:
         entries = (obj.get("status") or {}).get("brokers") or []

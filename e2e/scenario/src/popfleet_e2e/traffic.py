@@ -127,7 +127,10 @@ class _Hung(MessageListener):  # type: ignore[misc]
         return ConsumeResult.FAILURE
 
 
-class _Producing(threading.Thread):
+class Producing(threading.Thread):
+    """Numbered sends at ``rate_per_s`` until ``stopping``, ``max_messages`` or ``max_s``;
+    paused while ``resumed`` is clear. Each acknowledged send goes to ``tally``."""
+
     def __init__(
         self, endpoints: str, topic: str, tally: Tally, *, rate_per_s: float, max_messages: int,
         max_s: float,
@@ -197,7 +200,7 @@ class Traffic:
     _hung_consumer: Any = None
     stuck_shutdowns: list[str] = field(default_factory=list)
     startup_failures: list[str] = field(default_factory=list)
-    _producing: _Producing | None = None
+    _producing: Producing | None = None
 
     def start(self) -> None:
         """Consumers first (so the group has members), then the producer."""
@@ -209,7 +212,7 @@ class Traffic:
             # One consumption thread and a tiny cache: it holds about one message per queue
             # it is given and then stops receiving, like a worker stuck on its first task.
             self._hung_consumer = self._start_consumer(self._hung, subscription, cache=1, threads=1)
-        self._producing = _Producing(
+        self._producing = Producing(
             self.endpoints, self.topic, self.tally, rate_per_s=self.rate_per_s,
             max_messages=self.max_messages, max_s=self.max_s,
         )  # fmt: skip

@@ -11,9 +11,17 @@ from prometheus_client import Counter, Gauge, Histogram
 
 RECONCILES = Counter(
     "popfleet_operator_reconciles",
-    "Reconcile rounds by kind and result (ok, retry, failed, skipped)",
+    "Reconcile rounds by kind and result (ok, degraded, retry, failed)",
     ["kind", "result"],
 )
+RECONCILED_KINDS = ("BrokerCluster", "Topic", "ConsumerGroup")
+RESULTS = ("ok", "degraded", "retry", "failed")
+# Every (kind, result) exists from the start, at 0: a rate over ``result="failed"`` (the
+# PopfleetReconcileFailing alert, the fleet dashboard) is 0 rather than no data before the
+# first failure, and the first failure is an increase Prometheus can see.
+for _kind in RECONCILED_KINDS:
+    for _result in RESULTS:
+        RECONCILES.labels(_kind, _result)
 RECONCILE_SECONDS = Histogram(
     "popfleet_operator_reconcile_seconds",
     "Duration of reconcile rounds by kind",
