@@ -143,7 +143,15 @@ class Tunnel:
         return done.stdout
 
     def open(self, objects: list[Obj], *, timeout_s: float = 120) -> str:
-        """Start everything; the ``grpc_proxy`` URL now in effect."""
+        """Start everything; the ``grpc_proxy`` URL now in effect.
+
+        A namespace of that name still terminating (the previous run's, on a ``--reuse``d
+        cluster: ``close`` does not wait) is waited out first: a proxy pod applied into it
+        would be killed with it."""
+        self._run(
+            "wait", "--for=delete", f"namespace/{NAMESPACE}", f"--timeout={int(timeout_s)}s",
+            timeout_s=timeout_s + 10,
+        )  # fmt: skip
         listing = {"apiVersion": "v1", "kind": "List", "items": objects}
         self._run("apply", "-f", "-", stdin=json.dumps(listing))
         wait_for = f"--timeout={int(timeout_s)}s"

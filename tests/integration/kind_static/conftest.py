@@ -19,6 +19,7 @@ import pytest
 from popfleet_testbed import cluster, errors
 from popfleet_testbed.fixtures import testbed, testbed_namespace
 from tests import eventloops
+from tests.integration.monitoring.prometheus import tool
 
 __all__ = ["testbed", "testbed_namespace"]
 
@@ -65,6 +66,30 @@ def popfleet_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
     testbed.helm(
         "uninstall", RELEASE, "-n", RELEASE_NAMESPACE, "--no-hooks", "--wait", timeout_s=120
     )
+
+
+@pytest.fixture(scope="package")
+def monitoring_crds(testbed: cluster.Cluster) -> Iterator[cluster.Cluster]:
+    """prometheus-operator's PodMonitor and PrometheusRule CRDs (``make monitoring-crds``) on
+    the testbed apiserver, for dry-runs of the chart with its monitoring on (the kind values
+    turn it on); CRDs this fixture added are deleted after the package."""
+    crds = tool("POPFLEET_MONITORING_CRDS", "monitoring-crds")
+    plurals = ("podmonitors", "prometheusrules")
+    names = [f"{p}.monitoring.coreos.com" for p in plurals]
+    present = [n for n in names if testbed.admin.get_or_none(_crd_path(n)) is not None]
+    for plural in plurals:
+        testbed.kubectl(
+            "apply", "--server-side", "-f", str(crds / f"monitoring.coreos.com_{plural}.yaml")
+        )
+    testbed.kubectl("wait", "--for=condition=Established", "crd", *names, "--timeout=60s")
+    yield testbed
+    for name in names:
+        if name not in present:  # leave a reused testbed as it was
+            testbed.kubectl("delete", "crd", name, "--ignore-not-found")
+
+
+def _crd_path(name: str) -> str:
+    return f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
 
 
 @pytest.fixture

@@ -62,8 +62,9 @@ def test_helm_lint_strict(testbed: cluster.Cluster, values: Path) -> None:
 
 @pytest.mark.parametrize("values", VALUES, ids=[p.stem for p in VALUES])
 def test_rendered_scenario_is_accepted_by_the_apiserver(
-    popfleet_crds: cluster.Cluster, testbed_namespace: str, values: Path
-) -> None:
+    popfleet_crds: cluster.Cluster, monitoring_crds: cluster.Cluster, testbed_namespace: str,
+    values: Path,
+) -> None:  # fmt: skip
     docs = render(popfleet_crds, values, testbed_namespace)
     wanted = yaml.safe_load(values.read_text())
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]

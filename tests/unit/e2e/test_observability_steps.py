@@ -88,12 +88,12 @@ spec:
 ---
 apiVersion: apps/v1
 kind: Deployment
-metadata: {name: keda-operator-metrics-apiserver, namespace: keda}
+metadata: {name: keda-metrics-apiserver, namespace: keda}
 spec:
   template:
     spec:
       containers:
-        - name: keda-operator-metrics-apiserver
+        - name: keda-metrics-apiserver
           image: ghcr.io/kedacore/keda-metrics-apiserver:main
 """
 
@@ -104,7 +104,7 @@ def test_keda_runs_our_images_without_webhook_patching() -> None:
     containers = {d["metadata"]["name"]: d["spec"]["template"]["spec"]["containers"][0]
                   for d in rest}  # fmt: skip
     assert containers["keda-operator"]["image"] == "op:1"
-    assert containers["keda-operator-metrics-apiserver"]["image"] == "ad:1"
+    assert containers["keda-metrics-apiserver"]["image"] == "ad:1"
     assert all(c["imagePullPolicy"] == "Never" for c in containers.values())
     assert containers["keda-operator"]["args"] == [
         "--leader-elect",
@@ -114,7 +114,7 @@ def test_keda_runs_our_images_without_webhook_patching() -> None:
 
 def test_keda_manifests_with_the_webhooks_deployment_are_refused() -> None:
     webhooks = KEDA.replace(
-        "name: keda-operator-metrics-apiserver, namespace",
+        "name: keda-metrics-apiserver, namespace",
         "name: keda-admission-webhooks, namespace",
     )
     with pytest.raises(ScenarioError, match="unknown Deployment keda-admission-webhooks"):

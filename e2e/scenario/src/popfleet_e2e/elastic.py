@@ -14,16 +14,17 @@ drain.
    throughput does not grow: replicas beyond the 2 queues consume nothing.
 3. ``pop_drains``: ``kubectl patch`` the group to POP with the producer stopped: the same 8
    replicas all consume, the backlog drains to lag 0 and KEDA scales back to 2.
-4. ``pop_grows``: the producer again: in POP the lag scales the Deployment up once more and
-   the throughput grows with the replica count.
+4. ``pop_grows``: the producer again, at 70 messages/s (more than 6 replicas drain): in POP
+   the lag scales the Deployment up once more, and the throughput grows with the replica
+   count.
 
 Throughput is read from the pods, not inferred: every replica prints its running count each
 second, and a sampler reads every pod's last line every ``SAMPLE_S``; each interval over which
 the ready replica count held is one sample of (replicas, consumed/s, replicas that consumed).
 The margins asserted are behaviours, not timings: in PULL the group's rate at 8 replicas is
-no more than 1.3 times its rate at 2, and never more than 2 replicas consume; in POP at 8 it is
-at least 2 times the PULL rate at 2 and at least 6 replicas consume. The figures (median per
-replica count, per mode) are in the step summaries.
+no more than 1.3 times its rate at 2, and (median) no more than 2 replicas consume; in POP
+at 8 it is at least 2 times the PULL rate at 2 and at least 6 replicas consume. The figures
+(median per replica count, per mode) are in the step summaries.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ DEPLOYMENT = "workers"
 MIN_REPLICAS, MAX_REPLICAS = 2, 8
 PROCESSING_MS = 100  # one replica drains ~10 messages/s
 PRODUCE_PER_S = 50.0  # above what 2 replicas drain (20/s), below 8 (80/s)
+POP_UP_PER_S = 70.0  # above 6 replicas (60/s): KEDA must go to 8 again
 THRESHOLD = 20  # messages of lag per replica
 SAMPLE_S = 5.0
 MAX_MESSAGES = 30_000  # bound of the producer (10 min at the rate)
@@ -59,6 +61,8 @@ CONSUMER = REPO / "e2e" / "kind" / "observe" / "slow_consumer.py"
 PULL_FLAT = 1.3  # PULL at 8 replicas: at most this times PULL at 2
 POP_GAIN = 2.0  # POP at 8 replicas: at least this times PULL at 2
 POP_ACTIVE = 6  # POP at 8 replicas: at least this many consume
+LAG = "popfleet_broker_consumer_lag_messages"
+INFLIGHT = "popfleet_broker_inflight_messages"
 
 
 def keda_objects(
@@ -67,7 +71,7 @@ def keda_objects(
     """KEDA's ``config/minimal`` (rendered by ``kubectl kustomize``) as (CRDs, the rest): its
     images ours and never pulled, and no webhook patching (there are no webhooks)."""
     crds, rest = [], []
-    images = {"keda-operator": operator_image, "keda-operator-metrics-apiserver": adapter_image}
+    images = {"keda-operator": operator_image, "keda-metrics-apiserver": adapter_image}
     for doc in observe.manifests(rendered):
         if doc["kind"] == "CustomResourceDefinition":
             crds.append(doc)
@@ -107,7 +111,7 @@ def keda_installed(story: Story) -> str:
             "--timeout=60s", timeout_s=70,
         )  # fmt: skip
     access.kubectl("apply", "-f", "-", stdin=json.dumps({**listing, "items": rest}))
-    for name in ("keda-operator", "keda-operator-metrics-apiserver"):
+    for name in ("keda-operator", "keda-metrics-apiserver"):
         access.kubectl(
             "rollout", "status", f"deployment/{name}", "-n", KEDA_NS, "--timeout=180s",
             timeout_s=190,
@@ -176,6 +180,9 @@ def consumer_objects(
         {"name": "consumer", "configMap": {"name": DEPLOYMENT}},
         {"name": "tmp", "emptyDir": {}},
     ]
+    # The example asks 100m a replica; 8 of them do not fit beside the story on one 2-core
+    # kind node (a replica left Pending, Insufficient cpu). They use a few millicores.
+    container["resources"]["requests"]["cpu"] = "10m"
     pod["spec"]["terminationGracePeriodSeconds"] = 15
     scaled["metadata"] = {"name": DEPLOYMENT}
     scaled["spec"].update(
@@ -288,13 +295,19 @@ class Sampler:
         return [s for s in self.samples if s.mode == mode and s.replicas == replicas]
 
     def curve(self, mode: str) -> dict[int, tuple[float, int]]:
-        """replicas -> (median consumed/s, most replicas consuming) of ``mode``'s samples."""
+        """replicas -> (median consumed/s, median replicas consuming) of ``mode``'s samples.
+
+        Medians: in PULL a queue moves to a newer consumer when one joins (the broker
+        rebalances), so an interval across a move sees both consume."""
         by: dict[int, list[Sample]] = defaultdict(list)
         for s in self.samples:
             if s.mode == mode:
                 by[s.replicas].append(s)
         return {
-            n: (statistics.median(x.per_s for x in got), max(x.active for x in got))
+            n: (
+                statistics.median(x.per_s for x in got),
+                round(statistics.median(x.active for x in got)),
+            )
             for n, got in sorted(by.items())
         }
 
@@ -320,12 +333,12 @@ def _state(story: Story) -> Elastic:
     return story.elastic
 
 
-def _produce(story: Story, state: Elastic) -> None:
+def _produce(story: Story, state: Elastic, *, rate_per_s: float = PRODUCE_PER_S) -> None:
     access = story.access
     listed = brokers.current(access, CLUSTER)
     endpoints = brokers.bootstrap(access, listed, cluster=CLUSTER)
     state.producer = Producing(
-        endpoints, TOPIC, state.tally, rate_per_s=PRODUCE_PER_S, max_messages=MAX_MESSAGES,
+        endpoints, TOPIC, state.tally, rate_per_s=rate_per_s, max_messages=MAX_MESSAGES,
         max_s=900,
     )  # fmt: skip
     state.producer.start()
@@ -345,9 +358,10 @@ def _replicas(access: ClusterAccess) -> int:
     return int(status.get("readyReplicas") or 0)
 
 
-def _lag(api: observe.PrometheusApi, namespace: str) -> float | None:
+def _lag(api: observe.PrometheusApi, namespace: str, metric: str = LAG) -> float | None:
+    """The group's ``metric`` on the topic, summed over the cluster (None: no series)."""
     query = (
-        f'sum(popfleet_broker_consumer_lag_messages{{namespace="{namespace}", '
+        f'sum({metric}{{namespace="{namespace}", '
         f'cluster="{CLUSTER}", group="{GROUP}", topic="{TOPIC}"}})'
     )
     got = api.query(query)
@@ -452,7 +466,7 @@ def pop_grows(story: Story) -> str:
     sampler = state.sampler
     assert sampler is not None
     sampler.mode = "POP-up"
-    _produce(story, state)
+    _produce(story, state, rate_per_s=POP_UP_PER_S)
     waits.until(
         lambda: len(sampler.at("POP-up", MAX_REPLICAS)) >= 2, timeout_s=360, interval_s=2.0,
         what=f"KEDA to scale to {MAX_REPLICAS} again (POP) and 2 samples there",
@@ -460,6 +474,16 @@ def pop_grows(story: Story) -> str:
     )  # fmt: skip
     _stop_producing(state)
     sampler.stop()
+    api = observe.PrometheusApi(access)
+    # POP commits as it pops: lag 0 is every acknowledged send popped, in-flight 0 every
+    # popped message acknowledged by a consumer
+    waits.until(
+        lambda: _lag(api, access.namespace) == 0 and _lag(api, access.namespace, INFLIGHT) == 0,
+        timeout_s=300, interval_s=1.0,
+        what="the group's lag and in-flight messages back to 0 after the producer stopped",
+        seen=lambda: f"lag {_lag(api, access.namespace)}, "
+        f"in flight {_lag(api, access.namespace, INFLIGHT)}",
+    )  # fmt: skip
     curve = sampler.curve("POP-up")
     state.figures["pop_up"] = curve
     pull_low = state.figures["pull"][MIN_REPLICAS][0]
@@ -473,4 +497,8 @@ def pop_grows(story: Story) -> str:
         "delete", "scaledobject,deployment,configmap", DEPLOYMENT, "-n", access.namespace,
         "--timeout=60s", timeout_s=70,
     )  # fmt: skip
-    return f"POP, replicas -> consumed/s: {describe(curve)}; {state.tally.describe()}"
+    sent = state.tally.counts()
+    return (
+        f"POP, replicas -> consumed/s: {describe(curve)}; {sent['acked']} sends acknowledged "
+        f"({sent['failed_sends']} failed) over the steps; lag and in flight 0 at the end"
+    )

@@ -227,6 +227,7 @@ KIND_OBSERVE: tuple[Step, ...] = (
     *observed((*SETUP[:3], ENABLE_AUDITS, *SETUP[3:])),  # audits: the AuditHealthy queries
     REPLICATED[0],
     OBSERVED_AFTER[REPLICATED[3]],
+    _FROM_NO_LOSS[0],  # the stale ack's message too, redelivered
     *_FROM_NO_LOSS[-2:],
 )
 # Consumers scaled by their lag with KEDA, PULL against POP (``make e2e-keda``; issue 19).

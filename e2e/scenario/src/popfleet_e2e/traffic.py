@@ -162,6 +162,7 @@ class Producing(threading.Thread):
 
     def _loop(self, producer: Any) -> None:
         deadline = time.monotonic() + self._max_s
+        due = time.monotonic()  # when the next send is due: the rate holds whatever a send takes
         while not self.stopping.is_set() and self.sent < self._max_messages:
             if time.monotonic() >= deadline:
                 return
@@ -179,7 +180,9 @@ class Producing(threading.Thread):
                 self._tally.send_failed(body, f"{type(exc).__name__}: {exc}")
             else:
                 self._tally.sent(body, str(receipt.message_id))
-            self.stopping.wait(self._interval_s)  # pacing, not synchronisation
+            # pacing, not synchronisation; a late send moves the schedule (never a burst)
+            due = max(due + self._interval_s, time.monotonic())
+            self.stopping.wait(due - time.monotonic())
 
 
 @dataclass
