@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
-from prometheus_client import CollectorRegistry, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from popbroker.metrics import exposition
 from popbroker.metrics.store import observe_flushes
 from popbroker.store.api import FlushMode, MessageToAppend, TopicConfig
+from popbroker.store.errors import StoreClosed
 from popbroker.store.local import LocalStore
 from tests.storesettings import small_settings
 
@@ -50,6 +52,47 @@ async def test_a_scrape_runs_the_refreshers_and_survives_a_broken_one() -> None:
         assert status == "HTTP/1.1 404 Not Found"
     finally:
         await server.stop()
+
+
+async def test_a_source_that_is_unavailable_for_a_while_logs_once_not_every_scrape(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A store frozen or restarting under a 5 s scrape: one warning, one recovery line."""
+    registry = CollectorRegistry()
+    gauge = Gauge("demo_value", "demo", registry=registry)
+    answers: list[float | None] = [None, None, 7.0, 8.0]  # None: the store does not answer
+
+    async def refresh() -> None:
+        answer = answers.pop(0)
+        if answer is None:
+            raise StoreClosed("store unreachable (DEADLINE_EXCEEDED)")
+        gauge.set(answer)
+
+    server = exposition.MetricsServer(registry, [refresh], Counter("e", "e", registry=registry))
+    gauge.set(5.0)
+    with caplog.at_level(logging.INFO, logger=exposition.__name__):
+        bodies = [(await server.render()).decode() for _ in range(4)]
+    assert ["demo_value 5.0" in b for b in bodies[:2]] == [True, True]  # last value kept
+    assert "demo_value 8.0" in bodies[3]
+    assert "e_total 2.0" in bodies[3]  # both failures counted
+    levels = [(r.levelname, r.getMessage().split(": ", 1)[-1][:40]) for r in caplog.records]
+    assert [lvl for lvl, _ in levels] == ["WARNING", "INFO"], levels
+    assert not any(r.exc_info for r in caplog.records)
+
+
+async def test_an_unexpected_refresher_error_is_logged_with_its_traceback_every_time(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    registry = CollectorRegistry()
+
+    async def broken() -> None:
+        raise KeyError("a bug")
+
+    server = exposition.MetricsServer(registry, [broken], Counter("e", "e", registry=registry))
+    with caplog.at_level(logging.INFO, logger=exposition.__name__):
+        await server.render()
+        await server.render()
+    assert [(r.levelname, bool(r.exc_info)) for r in caplog.records] == [("ERROR", True)] * 2
 
 
 @pytest.mark.parametrize("listen", ["9100", "host:", ":9100", "host:99999", "host:port"])

@@ -6,8 +6,13 @@
 
 A scrape awaits every refresher (they read live state of the role: the same
 loop, so no locks and no torn reads), then renders ``registry``. A refresher
-that fails is logged and skipped: the other metrics are still served, and the
-failure is counted in ``popfleet_metrics_refresh_errors_total``. Anything but
+that fails is skipped: the other metrics are still served (its own keep their
+last values), and the failure is counted in ``popfleet_metrics_refresh_errors_total``.
+A failure that says it may pass (an error with ``retriable`` true: the store
+frozen, restarting or stepping down) is an operating condition, not a bug: one
+WARNING when such a streak starts and one INFO when the refresher answers again,
+however many scrapes fall in between (Prometheus scrapes every few seconds).
+Anything else is logged with its traceback at every scrape. Anything but
 ``GET /metrics`` (and ``GET /``) is answered 404; requests are bounded in size
 and time.
 """
@@ -45,17 +50,30 @@ class MetricsServer:
         self._registry = registry
         self._refreshers = list(refreshers)
         self._errors = errors
+        self._unavailable: set[int] = set()  # refreshers (by index) in a retriable streak
         self._server: asyncio.Server | None = None
         self.port = 0
 
     async def render(self) -> bytes:
         """Run the refreshers, then the registry in the text format."""
-        for refresh in self._refreshers:
+        for index, refresh in enumerate(self._refreshers):
             try:
                 await refresh()
-            except Exception:
-                log.exception("metrics refresher %r failed", refresh)
+            except Exception as exc:
                 self._errors.inc()
+                if not getattr(exc, "retriable", False):
+                    log.exception("metrics refresher %r failed", refresh)
+                elif index not in self._unavailable:
+                    self._unavailable.add(index)
+                    log.warning(
+                        "metrics refresher %r: its source is unavailable for now (%s: %s); "
+                        "its series keep their last values until it answers",
+                        refresh, type(exc).__name__, exc,
+                    )  # fmt: skip
+                continue
+            if index in self._unavailable:
+                self._unavailable.discard(index)
+                log.info("metrics refresher %r answers again", refresh)
         return generate_latest(self._registry)
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
