@@ -230,9 +230,7 @@ def main(argv: list[str] | None = None) -> int:
             manifests=KIND_DIR / "sparkoperator" / "manifests.yaml",
         ),
         monitoring=MonitoringBuild(
-            bundle=args.monitoring_bundle,
-            prometheus_image=args.prometheus_image,
-            prometheus_version=args.prometheus_image.rpartition(":")[2],
+            bundle=args.monitoring_bundle, prometheus_image=args.prometheus_image
         ),
         keda=None
         if args.keda_config is None

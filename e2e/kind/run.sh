@@ -138,15 +138,19 @@ create_cluster() {
   done_ "$how"
 }
 
+# docker build, quiet, at a lower priority; the legacy builder's deprecation notice dropped
+build_image() {
+  nice -n 10 docker build -q "$@" >/dev/null \
+    2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2)
+}
+
 images=()
 for spec in "broker broker_image $python_base" "operator operator $python_base" \
             "audit spark_operator_jobs $python_base"; do
   read -r name dir base <<<"$spec"
   tag="ghcr.io/popfleet/$name:$version"
   begin "build $name"
-  nice -n 10 docker build -q --build-arg "BASE=$base" -f "$repo/$dir/Dockerfile" -t "$tag" "$repo" \
-    2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2) \
-    >/dev/null
+  build_image --build-arg "BASE=$base" -f "$repo/$dir/Dockerfile" -t "$tag" "$repo"
   images+=("$tag")
   done_ "$tag"
 done
@@ -157,10 +161,8 @@ spark_operator_image=popfleet.local/spark-operator:e2e
 if [ -z "$bench" ]; then
   begin "build spark-operator"
   spark_operator=$("$here/sparkoperator/build.sh")
-  nice -n 10 docker build -q --build-arg "BASE=${images[2]}" -f "$here/sparkoperator/Dockerfile" \
-    -t "$spark_operator_image" "$(dirname "$spark_operator")" \
-    2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2) \
-    >/dev/null
+  build_image --build-arg "BASE=${images[2]}" -f "$here/sparkoperator/Dockerfile" \
+    -t "$spark_operator_image" "$(dirname "$spark_operator")"
   done_ "$spark_operator_image"
 fi
 
@@ -183,12 +185,10 @@ build_monitoring() {
   begin "build monitoring"
   for spec in "operator $operator" "config-reloader $reloader"; do
     read -r target tag <<<"$spec"
-    docker build -q --target "$target" -f "$here/observe/prometheus-operator.Dockerfile" \
-      -t "$tag" "$PROM_OPERATOR_BIN" >/dev/null \
-      2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2)
+    build_image --target "$target" -f "$here/observe/prometheus-operator.Dockerfile" \
+      -t "$tag" "$PROM_OPERATOR_BIN"
   done
-  docker build -q -f "$here/observe/prometheus.Dockerfile" -t "$prometheus_image" "$PROMETHEUS_DIR" \
-    >/dev/null 2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2)
+  build_image -f "$here/observe/prometheus.Dockerfile" -t "$prometheus_image" "$PROMETHEUS_DIR"
   monitoring_images=("$operator" "$reloader" "$prometheus_image")
   done_ "${monitoring_images[*]}"
 }
@@ -198,9 +198,8 @@ build_keda() {
   local version=${KEDA_VERSION:?KEDA_VERSION must name the KEDA build (make e2e-keda sets it)}
   begin "build keda"
   for target in operator adapter; do
-    docker build -q --target "$target" -f "$here/observe/keda.Dockerfile" \
-      -t "popfleet.local/keda-$target:$version" "$KEDA_BIN" >/dev/null \
-      2> >(grep -vE 'DEPRECATED: The legacy builder|Install the buildx|docs.docker.com/go/buildx|^ *$' >&2)
+    build_image --target "$target" -f "$here/observe/keda.Dockerfile" \
+      -t "popfleet.local/keda-$target:$version" "$KEDA_BIN"
     keda_images+=("popfleet.local/keda-$target:$version")
   done
   done_ "${keda_images[*]}"

@@ -49,8 +49,11 @@ class MonitoringBuild:
     Its own images carry the names the bundle names, so the bundle applies as it is."""
 
     bundle: Path
-    prometheus_image: str
-    prometheus_version: str
+    prometheus_image: str  # tagged with its version: popfleet.local/prometheus:v3.16.0
+
+    @property
+    def prometheus_version(self) -> str:
+        return self.prometheus_image.rpartition(":")[2]
 
 
 @dataclass(frozen=True)

@@ -100,17 +100,12 @@ def keda_installed(story: Story) -> str:
     if build is None:
         raise ScenarioError("this cluster has no KEDA build (make keda-bin)")
     rendered = access.kubectl("kustomize", str(build.config / "minimal"), timeout_s=120)
-    crds, rest = keda_objects(
-        rendered, operator_image=build.operator_image, adapter_image=build.adapter_image
+    observe.apply_with_crds(
+        access,
+        *keda_objects(
+            rendered, operator_image=build.operator_image, adapter_image=build.adapter_image
+        ),
     )
-    listing = {"apiVersion": "v1", "kind": "List", "items": crds}
-    access.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(listing), timeout_s=120)
-    for crd in crds:
-        access.kubectl(
-            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}",
-            "--timeout=60s", timeout_s=70,
-        )  # fmt: skip
-    access.kubectl("apply", "-f", "-", stdin=json.dumps({**listing, "items": rest}))
     for name in ("keda-operator", "keda-metrics-apiserver"):
         access.kubectl(
             "rollout", "status", f"deployment/{name}", "-n", KEDA_NS, "--timeout=180s",
@@ -201,10 +196,7 @@ def consumer_objects(
     (trigger,) = scaled["spec"]["triggers"]
     trigger["metadata"].update(
         serverAddress=prometheus,
-        query=(
-            f'sum(popfleet_broker_consumer_lag_messages{{namespace="{namespace}", '
-            f'cluster="{CLUSTER}", group="{GROUP}", topic="{TOPIC}"}})'
-        ),
+        query=group_query(LAG, namespace),
         threshold=str(THRESHOLD),
     )
     config_map = {
@@ -358,13 +350,15 @@ def _replicas(access: ClusterAccess) -> int:
     return int(status.get("readyReplicas") or 0)
 
 
+def group_query(metric: str, namespace: str) -> str:
+    """The step's group's ``metric`` on its topic, summed over the cluster (what KEDA reads)."""
+    matchers = f'namespace="{namespace}", cluster="{CLUSTER}", group="{GROUP}", topic="{TOPIC}"'
+    return f"sum({metric}{{{matchers}}})"
+
+
 def _lag(api: observe.PrometheusApi, namespace: str, metric: str = LAG) -> float | None:
-    """The group's ``metric`` on the topic, summed over the cluster (None: no series)."""
-    query = (
-        f'sum({metric}{{namespace="{namespace}", '
-        f'cluster="{CLUSTER}", group="{GROUP}", topic="{TOPIC}"}})'
-    )
-    got = api.query(query)
+    """The group's ``metric`` (None: no series)."""
+    got = api.query(group_query(metric, namespace))
     return float(got[0]["value"][1]) if got else None
 
 

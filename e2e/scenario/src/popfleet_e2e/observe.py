@@ -262,29 +262,38 @@ class PrometheusApi:
         }  # fmt: skip
 
 
+def as_list(objects: Sequence[Obj]) -> Obj:
+    return {"apiVersion": "v1", "kind": "List", "items": list(objects)}
+
+
+def apply_with_crds(access: ClusterAccess, crds: Sequence[Obj], rest: Sequence[Obj]) -> None:
+    """An upstream install: its CRDs server-side (they exceed client-side apply's annotation
+    limit) and Established, then everything else."""
+    access.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(as_list(crds)),
+                   timeout_s=120)  # fmt: skip
+    for crd in crds:
+        access.kubectl(
+            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}",
+            "--timeout=60s", timeout_s=70,
+        )  # fmt: skip
+    access.kubectl("apply", "-f", "-", stdin=json.dumps(as_list(rest)))
+
+
 def installed(story: Story) -> str:
     """Step 1 of the module docstring."""
     access = story.access
     build = access.monitoring
     if build is None:
         raise ScenarioError("this cluster has no monitoring build (make prometheus-operator-bin)")
-    crds, rest = operator_objects(build.bundle.read_text())
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
     access.kubectl("apply", "-f", "-", stdin=json.dumps(namespace))
-    listing = {"apiVersion": "v1", "kind": "List", "items": crds}
-    access.kubectl("apply", "--server-side", "-f", "-", stdin=json.dumps(listing), timeout_s=120)
-    for crd in crds:
-        access.kubectl(
-            "wait", "--for=condition=Established", f"crd/{crd['metadata']['name']}",
-            "--timeout=60s", timeout_s=70,
-        )  # fmt: skip
-    access.kubectl("apply", "-f", "-", stdin=json.dumps({**listing, "items": rest}))
+    apply_with_crds(access, *operator_objects(build.bundle.read_text()))
     access.kubectl(
         "rollout", "status", "deployment/prometheus-operator", "-n", NAMESPACE, "--timeout=120s",
         timeout_s=130,
     )  # fmt: skip
     objects = prometheus_objects(image=build.prometheus_image, version=build.prometheus_version)
-    access.kubectl("apply", "-f", "-", stdin=json.dumps({**listing, "items": objects}))
+    access.kubectl("apply", "-f", "-", stdin=json.dumps(as_list(objects)))
     waits.until(
         lambda: access.get_or_none("pod", POD, namespace=NAMESPACE), timeout_s=120,
         what=f"prometheus-operator to create {POD}",
