@@ -65,7 +65,8 @@ bench: $(STAMP) $(BENCH_PREREQS) ## run the benchmarks; JSON lands in bench/resu
 	$(PY) -m bench.run
 
 demo: $(STAMP) testbed-bin java $(DEMO_PREREQS) ## the user story live on a local testbed until Ctrl-C (README); demo-down stops it
-	@$(VENV)/bin/popfleet-demo up --run-dir $(DEMO_DIR)
+	@$(VENV)/bin/popfleet-demo up --run-dir $(DEMO_DIR) \
+	  --keda-bin $(KEDA_BIN) --prometheus $(POPFLEET_PROMETHEUS) $(DEMO_ARGS)
 
 clean: ## remove the venv and caches
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .hypothesis

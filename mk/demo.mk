@@ -1,6 +1,9 @@
 # make demo (the Makefile's target): the user story live on a local testbed in $(DEMO_DIR),
 # run by popfleet_e2e.demo until Ctrl-C; make demo-down stops it and the testbed (recorded PIDs).
 DEMO_DIR ?= /tmp/popfleet-demo
+# e.g. DEMO_ARGS=--no-elastic: skip the elastic act (KEDA), which runs when make keda-bin and
+# make prometheus-bin have built KEDA and Prometheus here
+DEMO_ARGS ?=
 
 .PHONY: demo-down demo-store
 

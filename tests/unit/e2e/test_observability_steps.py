@@ -123,8 +123,9 @@ def test_keda_manifests_with_the_webhooks_deployment_are_refused() -> None:
 
 def test_the_consumers_are_the_shipped_example_renamed_to_the_step() -> None:
     config_map, deployment, scaled = elastic.consumer_objects(
-        namespace="story", broker_image="broker:1", prometheus="http://p:9090"
-    )
+        endpoints="elastic.story.svc:8081", broker_image="broker:1",
+        prometheus="http://p:9090", query=elastic.group_query(elastic.LAG, "story"),
+    )  # fmt: skip
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "prometheus"  # the example's trigger, kept
     assert trigger["metadata"]["ignoreNullValues"] == "false"

@@ -18,7 +18,8 @@ Why: the same scenario runs on the local testbed (e2e/local, ``make demo``) and 
 * ``node_exec`` and ``next_broker_image``: what the kind-only steps (``disruptions``) need;
   ``spark_operator``: the Spark operator build the SparkApplication step installs;
   ``monitoring``: prometheus-operator and Prometheus for the observability steps; ``keda``:
-  KEDA for the elastic-consumers step.
+  KEDA for the elastic-consumers step; ``prometheus_url``: a Prometheus the host reaches
+  directly (make demo's elastic act).
 
 Every call has a deadline; a failing tool raises ``ScenarioError`` with its stderr.
 """
@@ -107,6 +108,9 @@ class ClusterAccess:
     # do, instead of every pod IP: a bootstrap of pod IPs is lost once a rolling upgrade has
     # replaced every pod. Off on the testbed, whose ClusterIPs route nowhere.
     bootstrap_via_service: bool = False
+    # Where the host (and KEDA) reach Prometheus directly: make demo's elastic act runs one on
+    # loopback beside the testbed (``beside``). None: the cluster's, through the proxy pod.
+    prometheus_url: str | None = None
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

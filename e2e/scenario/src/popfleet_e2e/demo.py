@@ -7,8 +7,16 @@ show ``kubectl get bc,mqt,cg`` and the audit summary when there is one, and keep
 going with a status line every ``--every-s`` seconds until SIGINT/SIGTERM. The testbed stays
 up afterwards so that people can look around with kubectl.
 
+When KEDA and Prometheus are built here (``make keda-bin prometheus-bin``; ``make demo`` passes
+their paths), an optional elastic act follows the story before the status lines: Prometheus
+and KEDA start beside the testbed (``beside``) and the kind KEDA story runs on it (``elastic``):
+a slow consumer Deployment that KEDA scales 2 -> 8 on its group's lag stays flat in PULL on 2
+queues, drains the backlog once patched to POP, and grows with its replicas in POP. Without
+the builds the act is skipped with a line that says how to get it; ``--no-elastic`` skips it.
+
 ``popfleet-demo down``: stop a running demo (its PID is recorded in the run directory, with
-the start time that guards against PID reuse), then the testbed (by its recorded PIDs).
+the start time that guards against PID reuse), what runs beside the testbed, then the testbed
+(by its recorded PIDs).
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from popfleet_e2e import auditing, brokers, scenario, steps
+from popfleet_e2e import auditing, beside, brokers, elastic, scenario, steps
 from popfleet_e2e import testbed as testbed_access
 from popfleet_e2e.access import ClusterAccess, ScenarioError
 from popfleet_testbed import controlplane, errors, processes
@@ -115,7 +123,38 @@ def _reset_group(access: ClusterAccess) -> None:
         )
 
 
-def up(run_dir: Path, *, every_s: float) -> int:
+ELASTIC_INTRO = """
+The elastic act: consumers scaled on their lag by KEDA, PULL against POP.
+  A BrokerCluster 'elastic' of one broker, a topic of 2 queues and a group in PULL; a slow
+  consumer Deployment (the official client, ~10 messages/s a replica) that a ScaledObject made
+  from crds/examples/keda scales from 2 to 8 on the group's lag as Prometheus scrapes it, and
+  a producer above what 2 replicas drain. In PULL a queue belongs to one consumer: replicas
+  beyond the 2 queues idle. Patched to POP, all of them consume. (~6 min)
+"""
+
+
+def _elastic_act(info: controlplane.Info, access: ClusterAccess, builds: beside.Builds) -> None:
+    """The optional act; a failure is reported and the demo goes on with its main story."""
+    missing = builds.missing()
+    if missing:
+        say(f"\nelastic act (KEDA): skipped: {missing}")
+        return
+    say(ELASTIC_INTRO)
+    act_story = steps.Story(access)
+    try:
+        scenario.run_steps(act_story, beside.act(info, builds), say=say)
+        say(f"Prometheus keeps running at {act_story.access.prometheus_url} "
+            "(make demo-down stops it, and KEDA)")  # fmt: skip
+    except ScenarioError as exc:
+        say(f"elastic act failed: {exc}")
+        say(f"  logs of Prometheus and KEDA: {beside.Layout(info.run_dir).logs}")
+    finally:
+        elastic.stop(act_story)
+
+
+def up(
+    run_dir: Path, *, every_s: float, builds: beside.Builds | None = None
+) -> int:  # fmt: skip
     run_dir.mkdir(parents=True, exist_ok=True)
     running = processes.read_pid_file(run_dir / PID_FILE)
     if running is not None and processes.alive(running):
@@ -126,6 +165,9 @@ def up(run_dir: Path, *, every_s: float) -> int:
     processes.write_pid_file(run_dir / PID_FILE, me)
     say(INTRO)
     info = _testbed(run_dir)
+    stopped = beside.stop(run_dir)  # an earlier demo's, started against certificates now gone
+    if stopped:
+        say(f"stopped what an earlier demo ran beside the testbed: {', '.join(stopped)}")
     access = testbed_access.access(info, NAMESPACE)
     story = steps.Story(access, traffic_max_s=MAX_RUN_S)
     try:
@@ -133,6 +175,8 @@ def up(run_dir: Path, *, every_s: float) -> int:
         scenario.run_steps(story, scenario.SETUP, say=say)
         auditing.enable(access, steps.CLUSTER, schedule=AUDIT_SCHEDULE)
         _show(access)
+        if builds is not None:
+            _elastic_act(info, access, builds)
         _hints(info)
         stop = threading.Event()  # from here on, Ctrl-C and SIGTERM end the loop cleanly
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -171,6 +215,9 @@ def down(run_dir: Path) -> int:
         say(f"stopping the demo (pid {recorded.pid}): traffic first ...")
         _stop_demo(recorded)
     (run_dir / PID_FILE).unlink(missing_ok=True)
+    stopped = beside.stop(run_dir)
+    if stopped:
+        say(f"stopped what ran beside the testbed: {', '.join(stopped)}")
     if (run_dir / "testbed.json").exists() or controlplane.running(run_dir):
         say(f"stopping the testbed in {run_dir} (brokers, operator, control plane) ...")
         controlplane.down(run_dir)
@@ -183,10 +230,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("cmd", choices=("up", "down"))
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/popfleet-demo"))
     parser.add_argument("--every-s", type=float, default=15.0, help="status line interval")
+    parser.add_argument("--keda-bin", type=Path, help="make keda-bin's directory (elastic act)")
+    parser.add_argument("--prometheus", type=Path, help="make prometheus-bin's prometheus")
+    parser.add_argument("--no-elastic", action="store_true", help="skip the elastic act")
     args = parser.parse_args(argv)
     run_dir = args.run_dir.resolve()
+    builds = None
+    if not args.no_elastic and args.keda_bin is not None and args.prometheus is not None:
+        builds = beside.Builds(keda_bin=args.keda_bin, prometheus=args.prometheus)
     try:
-        return up(run_dir, every_s=args.every_s) if args.cmd == "up" else down(run_dir)
+        if args.cmd == "down":
+            return down(run_dir)
+        return up(run_dir, every_s=args.every_s, builds=builds)
     except KeyboardInterrupt:  # Ctrl-C before the traffic loop (which handles it itself)
         say(f"popfleet-demo {args.cmd}: interrupted; `make demo-down` stops what is left")
         return 130

@@ -45,6 +45,7 @@ from popfleet_e2e.steps import Story, ensure_namespace
 from popfleet_e2e.traffic import Producing, Tally
 
 KEDA_NS = "keda"
+KEDA_DEPLOYMENTS = ("keda-operator", "keda-metrics-apiserver")  # in its config/minimal
 CLUSTER = "elastic"
 TOPIC = "jobs"
 GROUP = "workers"
@@ -71,7 +72,7 @@ def keda_objects(
     """KEDA's ``config/minimal`` (rendered by ``kubectl kustomize``) as (CRDs, the rest): its
     images ours and never pulled, and no webhook patching (there are no webhooks)."""
     crds, rest = [], []
-    images = {"keda-operator": operator_image, "keda-metrics-apiserver": adapter_image}
+    images = dict(zip(KEDA_DEPLOYMENTS, (operator_image, adapter_image), strict=True))
     for doc in observe.manifests(rendered):
         if doc["kind"] == "CustomResourceDefinition":
             crds.append(doc)
@@ -143,10 +144,11 @@ def cluster_objects() -> list[Obj]:
 
 
 def consumer_objects(
-    *, namespace: str, broker_image: str, prometheus: str
+    *, endpoints: str, broker_image: str, prometheus: str, query: str
 ) -> list[Obj]:  # fmt: skip
     """The KEDA example's Deployment and ScaledObject, renamed to this step's group, with the
-    slow consumer as its application and a faster scale-up (2 replicas per 20 s)."""
+    slow consumer as its application (bootstrapped from ``endpoints``) and a faster scale-up
+    (2 replicas per 20 s); KEDA reads ``query`` from ``prometheus``."""
     docs = [d for d in yaml.safe_load_all(observe.KEDA_EXAMPLE.read_text()) if d]
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (scaled,) = [d for d in docs if d["kind"] == "ScaledObject"]
@@ -161,7 +163,7 @@ def consumer_objects(
     container["imagePullPolicy"] = "Never"
     container["command"] = ["python", "/consumer/slow_consumer.py"]
     container["env"] = [
-        {"name": "ENDPOINTS", "value": f"{CLUSTER}.{namespace}.svc:8081"},
+        {"name": "ENDPOINTS", "value": endpoints},
         {"name": "GROUP", "value": GROUP},
         {"name": "TOPIC", "value": TOPIC},
         {"name": "PROCESSING_MS", "value": str(PROCESSING_MS)},
@@ -196,7 +198,7 @@ def consumer_objects(
     (trigger,) = scaled["spec"]["triggers"]
     trigger["metadata"].update(
         serverAddress=prometheus,
-        query=group_query(LAG, namespace),
+        query=query,
         threshold=str(THRESHOLD),
     )
     config_map = {
@@ -350,6 +352,29 @@ def _replicas(access: ClusterAccess) -> int:
     return int(status.get("readyReplicas") or 0)
 
 
+def _broker_image(access: ClusterAccess) -> str:
+    """The consumers run in the broker image, which carries the official client."""
+    pod = access.get("statefulset", CLUSTER)["spec"]["template"]["spec"]
+    return str(pod["containers"][0]["image"])
+
+
+def pod_endpoints(access: ClusterAccess) -> str:
+    """Where the consumer pods bootstrap: the BrokerCluster's client Service by its DNS name
+    where the cluster has DNS (kind), else every broker's advertised endpoint (the testbed,
+    whose pods dial loopback pod IPs and have no cluster DNS)."""
+    if access.bootstrap_via_service:
+        return f"{CLUSTER}.{access.namespace}.svc:8081"
+    return ";".join(b.endpoint for b in brokers.current(access, CLUSTER))
+
+
+def in_cluster_prometheus(access: ClusterAccess) -> str:
+    """Where KEDA asks Prometheus: beside the testbed, its loopback URL; in the cluster, the
+    governing Service prometheus-operator makes."""
+    if access.prometheus_url is not None:
+        return access.prometheus_url
+    return f"http://prometheus-operated.{observe.NAMESPACE}.svc:{observe.PORT}"
+
+
 def group_query(metric: str, namespace: str) -> str:
     """The step's group's ``metric`` on its topic, summed over the cluster (what KEDA reads)."""
     matchers = f'namespace="{namespace}", cluster="{CLUSTER}", group="{GROUP}", topic="{TOPIC}"'
@@ -380,14 +405,10 @@ def pull_stays_flat(story: Story) -> str:
     conditions.wait(access, "brokercluster", CLUSTER, "Ready", timeout_s=240)
     conditions.wait(access, "topic", TOPIC, "TopicSynced", timeout_s=90)
     conditions.wait(access, "consumergroup", GROUP, "ModeApplied", timeout_s=90)
-    # KEDA asks Prometheus in the cluster, by its governing Service's name
-    prometheus = f"http://prometheus-operated.{observe.NAMESPACE}.svc:{observe.PORT}"
-    broker_image = access.get("statefulset", CLUSTER)["spec"]["template"]["spec"]["containers"][0][
-        "image"
-    ]
     objects = consumer_objects(
-        namespace=access.namespace, broker_image=broker_image, prometheus=prometheus
-    )
+        endpoints=pod_endpoints(access), broker_image=_broker_image(access),
+        prometheus=in_cluster_prometheus(access), query=group_query(LAG, access.namespace),
+    )  # fmt: skip
     access.kubectl("apply", "-n", access.namespace, "-f", "-",
                    stdin=json.dumps({**listing, "items": objects}))  # fmt: skip
     waits.until(

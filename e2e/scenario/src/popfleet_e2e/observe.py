@@ -44,6 +44,7 @@ from popfleet_e2e.steps import Story
 NAMESPACE = "popfleet-monitoring"
 PROMETHEUS = "popfleet"  # the Prometheus object; its pod is prometheus-popfleet-0
 POD = f"prometheus-{PROMETHEUS}-0"
+PROMETHEUS_ACCOUNT = f"{PROMETHEUS}-prometheus"  # its service account and ClusterRole
 PORT = 9090
 DASHBOARDS = REPO / "charts" / "popfleet" / "dashboards"
 KEDA_EXAMPLE = REPO / "crds" / "examples" / "keda" / "pop-consumers.yaml"
@@ -139,18 +140,15 @@ def operator_objects(bundle: str, *, namespace: str = NAMESPACE) -> tuple[list[O
     return crds, rest
 
 
-def prometheus_objects(*, image: str, version: str, namespace: str = NAMESPACE) -> list[Obj]:
-    """The Prometheus (every PodMonitor and PrometheusRule of the cluster, 5 s scrape and
-    evaluation) and what it may read."""
-    name = f"{PROMETHEUS}-prometheus"
-    meta = {"name": name, "namespace": namespace}
-    every: Obj = {}
+def prometheus_rbac(namespace: str = NAMESPACE) -> list[Obj]:
+    """Prometheus's service account and what it may read (pods and their endpoints)."""
+    meta = {"name": PROMETHEUS_ACCOUNT, "namespace": namespace}
     return [
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRole",
-            "metadata": {"name": name},
+            "metadata": {"name": PROMETHEUS_ACCOUNT},
             "rules": [
                 {
                     "apiGroups": [""],
@@ -169,14 +167,25 @@ def prometheus_objects(*, image: str, version: str, namespace: str = NAMESPACE) 
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "ClusterRoleBinding",
-            "metadata": {"name": name},
+            "metadata": {"name": PROMETHEUS_ACCOUNT},
             "roleRef": {
                 "apiGroup": "rbac.authorization.k8s.io",
                 "kind": "ClusterRole",
-                "name": name,
+                "name": PROMETHEUS_ACCOUNT,
             },
-            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+            "subjects": [
+                {"kind": "ServiceAccount", "name": PROMETHEUS_ACCOUNT, "namespace": namespace}
+            ],
         },
+    ]
+
+
+def prometheus_objects(*, image: str, version: str, namespace: str = NAMESPACE) -> list[Obj]:
+    """The Prometheus (every PodMonitor and PrometheusRule of the cluster, 5 s scrape and
+    evaluation) and what it may read."""
+    every: Obj = {}
+    return [
+        *prometheus_rbac(namespace),
         {
             "apiVersion": "monitoring.coreos.com/v1",
             "kind": "Prometheus",
@@ -186,7 +195,7 @@ def prometheus_objects(*, image: str, version: str, namespace: str = NAMESPACE) 
                 "version": version,
                 "imagePullPolicy": "Never",
                 "replicas": 1,
-                "serviceAccountName": name,
+                "serviceAccountName": PROMETHEUS_ACCOUNT,
                 "scrapeInterval": "5s",
                 "evaluationInterval": "5s",
                 "podMonitorSelector": every,
@@ -206,13 +215,20 @@ def prometheus_objects(*, image: str, version: str, namespace: str = NAMESPACE) 
 
 
 class PrometheusApi:
-    """Prometheus's HTTP API, reached through the proxy pod (HTTP CONNECT to its pod IP)."""
+    """Prometheus's HTTP API: at ``access.prometheus_url`` where the host reaches it directly
+    (the testbed: a host process on loopback), else through the proxy pod (kind: HTTP CONNECT
+    to the Prometheus pod's IP)."""
 
     def __init__(self, access: ClusterAccess) -> None:
-        if access.grpc_proxy is None:
-            raise ScenarioError("no proxy: the host reaches Prometheus only through the proxy pod")
         self.access = access
-        proxy = urllib.parse.urlsplit(access.grpc_proxy)
+        self.direct: tuple[str, int] | None = None
+        if access.prometheus_url is not None:
+            url = urllib.parse.urlsplit(access.prometheus_url)
+            host, _, port = access.resolve(f"{url.hostname}:{url.port}").rpartition(":")
+            self.direct = (host, int(port))
+        elif access.grpc_proxy is None:
+            raise ScenarioError("no proxy: the host reaches Prometheus only through the proxy pod")
+        proxy = urllib.parse.urlsplit(access.grpc_proxy or "")
         self.proxy = (proxy.hostname or "", proxy.port or 0)
 
     def _target(self) -> tuple[str, int]:
@@ -224,10 +240,12 @@ class PrometheusApi:
         return host, int(port)
 
     def get(self, path: str, **params: str) -> Any:
-        host, port = self._target()
-        connection = http.client.HTTPConnection(*self.proxy, timeout=15)
+        if self.direct is not None:
+            connection = http.client.HTTPConnection(*self.direct, timeout=15)
+        else:
+            connection = http.client.HTTPConnection(*self.proxy, timeout=15)
+            connection.set_tunnel(*self._target())
         try:
-            connection.set_tunnel(host, port)
             query = f"?{urllib.parse.urlencode(params)}" if params else ""
             connection.request("GET", f"/api/v1/{path}{query}")
             reply = connection.getresponse()
