@@ -5,7 +5,11 @@ DEMO_DIR ?= /tmp/popfleet-demo
 # make prometheus-bin have built KEDA and Prometheus here
 DEMO_ARGS ?=
 
-.PHONY: demo-down demo-store
+.PHONY: demo-down demo-store demo-elastic
+
+demo-elastic: $(STAMP) keda-bin prometheus-bin ## the demo's elastic act (KEDA, PULL vs POP) alone, on the testbed of a running make demo
+	@$(VENV)/bin/popfleet-demo elastic --run-dir $(DEMO_DIR) \
+	  --keda-bin $(KEDA_BIN) --prometheus $(POPFLEET_PROMETHEUS)
 
 demo-down: ## stop make demo: its process, then its testbed (by recorded PIDs)
 	@if test -x $(VENV)/bin/popfleet-demo; then \

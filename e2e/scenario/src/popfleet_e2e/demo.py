@@ -13,6 +13,8 @@ and KEDA start beside the testbed (``beside``) and the kind KEDA story runs on i
 a slow consumer Deployment that KEDA scales 2 -> 8 on its group's lag stays flat in PULL on 2
 queues, drains the backlog once patched to POP, and grows with its replicas in POP. Without
 the builds the act is skipped with a line that says how to get it; ``--no-elastic`` skips it.
+``popfleet-demo elastic`` (``make demo-elastic``) runs the act alone on the testbed of a
+running demo.
 
 ``popfleet-demo down``: stop a running demo (its PID is recorded in the run directory, with
 the start time that guards against PID reuse), what runs beside the testbed, then the testbed
@@ -133,23 +135,40 @@ The elastic act: consumers scaled on their lag by KEDA, PULL against POP.
 """
 
 
-def _elastic_act(info: controlplane.Info, access: ClusterAccess, builds: beside.Builds) -> None:
-    """The optional act; a failure is reported and the demo goes on with its main story."""
+def _elastic_act(info: controlplane.Info, access: ClusterAccess, builds: beside.Builds) -> bool:
+    """The optional act; a failure is reported (False) and the demo goes on with its story."""
     missing = builds.missing()
     if missing:
         say(f"\nelastic act (KEDA): skipped: {missing}")
-        return
+        return True
     say(ELASTIC_INTRO)
+    stopped = beside.stop(info.run_dir)  # an earlier act's, with certificates now replaced
+    if stopped:
+        say(f"stopped what an earlier act ran beside the testbed: {', '.join(stopped)}")
     act_story = steps.Story(access)
     try:
         scenario.run_steps(act_story, beside.act(info, builds), say=say)
         say(f"Prometheus keeps running at {act_story.access.prometheus_url} "
             "(make demo-down stops it, and KEDA)")  # fmt: skip
+        return True
     except ScenarioError as exc:
         say(f"elastic act failed: {exc}")
         say(f"  logs of Prometheus and KEDA: {beside.Layout(info.run_dir).logs}")
+        return False
     finally:
         elastic.stop(act_story)
+
+
+def elastic_again(run_dir: Path, builds: beside.Builds | None) -> int:
+    """``popfleet-demo elastic``: the elastic act alone, on the testbed a demo runs."""
+    if builds is None:
+        say("popfleet-demo elastic needs --keda-bin and --prometheus (make demo-elastic)")
+        return 2
+    if not controlplane.running(run_dir):
+        say(f"no testbed runs in {run_dir}: `make demo` first")
+        return 1
+    info = controlplane.Info.load(run_dir)
+    return 0 if _elastic_act(info, testbed_access.access(info, NAMESPACE), builds) else 1
 
 
 def up(
@@ -165,9 +184,6 @@ def up(
     processes.write_pid_file(run_dir / PID_FILE, me)
     say(INTRO)
     info = _testbed(run_dir)
-    stopped = beside.stop(run_dir)  # an earlier demo's, started against certificates now gone
-    if stopped:
-        say(f"stopped what an earlier demo ran beside the testbed: {', '.join(stopped)}")
     access = testbed_access.access(info, NAMESPACE)
     story = steps.Story(access, traffic_max_s=MAX_RUN_S)
     try:
@@ -227,7 +243,7 @@ def down(run_dir: Path) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="popfleet-demo", description=__doc__)
-    parser.add_argument("cmd", choices=("up", "down"))
+    parser.add_argument("cmd", choices=("up", "down", "elastic"))
     parser.add_argument("--run-dir", type=Path, default=Path("/tmp/popfleet-demo"))
     parser.add_argument("--every-s", type=float, default=15.0, help="status line interval")
     parser.add_argument("--keda-bin", type=Path, help="make keda-bin's directory (elastic act)")
@@ -241,6 +257,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.cmd == "down":
             return down(run_dir)
+        if args.cmd == "elastic":
+            return elastic_again(run_dir, builds)
         return up(run_dir, every_s=args.every_s, builds=builds)
     except KeyboardInterrupt:  # Ctrl-C before the traffic loop (which handles it itself)
         say(f"popfleet-demo {args.cmd}: interrupted; `make demo-down` stops what is left")
