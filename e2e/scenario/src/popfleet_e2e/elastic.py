@@ -507,7 +507,7 @@ def pop_grows(story: Story) -> str:
         raise ScenarioError(
             f"POP throughput did not grow past {QUEUES} replicas: {describe(curve)}"
         )
-    print(f"e2e-kind: elastic figures {json.dumps(state.figures, default=str)}", flush=True)
+    print(f"elastic figures {json.dumps(state.figures, default=str)}", flush=True)
     access.kubectl(
         "delete", "scaledobject,deployment,configmap", DEPLOYMENT, "-n", access.namespace,
         "--timeout=60s", timeout_s=70,
