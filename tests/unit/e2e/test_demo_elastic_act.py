@@ -5,6 +5,7 @@ with ``make demo`` once ``make keda-bin`` has built KEDA."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import datetime
 import ipaddress
 from pathlib import Path
@@ -13,8 +14,8 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID
 
-from popfleet_e2e import beside, scenario
-from popfleet_e2e.access import ScenarioError
+from popfleet_e2e import beside, elastic, observe, scenario
+from popfleet_e2e.access import ClusterAccess, ScenarioError
 
 KEDA = """\
 apiVersion: apiextensions.k8s.io/v1
@@ -143,3 +144,22 @@ def test_stop_ends_only_recorded_processes_that_still_run(tmp_path: Path) -> Non
     (layout.pids / "10-prometheus.pid").write_text("999999999 1\n")  # no such process
     assert beside.stop(tmp_path) == []
     assert not list(layout.pids.iterdir())
+
+
+def test_on_kind_consumers_and_keda_use_the_cluster_names_beside_the_testbed_loopback() -> None:
+    kind = ClusterAccess(kubeconfig=Path("/kc"), namespace="story", bootstrap_via_service=True)
+    assert elastic.pod_endpoints(kind) == "elastic.story.svc:8081"
+    assert elastic.in_cluster_prometheus(kind) == (
+        "http://prometheus-operated.popfleet-monitoring.svc:9090"
+    )
+    testbed = dataclasses.replace(kind, prometheus_url="http://127.0.0.1:40000")
+    assert elastic.in_cluster_prometheus(testbed) == "http://127.0.0.1:40000"
+    assert observe.PrometheusApi(testbed).direct == ("127.0.0.1", 40000)
+
+
+def test_prometheus_beside_the_testbed_must_be_on_loopback() -> None:
+    access = ClusterAccess(
+        kubeconfig=Path("/kc"), namespace="story", prometheus_url="http://10.0.0.1:9090"
+    )
+    with pytest.raises(ScenarioError, match="non-loopback"):
+        observe.PrometheusApi(access)
