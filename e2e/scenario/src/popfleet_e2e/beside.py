@@ -33,15 +33,12 @@ import base64
 import datetime
 import ipaddress
 import json
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from popfleet_e2e import elastic, observe, scenario, waits
@@ -119,35 +116,21 @@ def _start(
     return recorded
 
 
-def _log_tail(layout: Layout, name: str, lines: int = 20) -> str:
-    try:
-        text = (layout.logs / f"{name}.log").read_text(errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(text.splitlines()[-lines:])
-
-
 def _wait_ready(
     layout: Layout, name: str, recorded: processes.Recorded, check: Callable[[], bool],
     what: str,
 ) -> None:  # fmt: skip
+    log = layout.logs / f"{name}.log"
+
     def ready() -> bool:
         if not processes.alive(recorded):
-            raise waits.Fatal(f"{name} exited during start-up:\n{_log_tail(layout, name)}")
+            raise waits.Fatal(f"{name} exited during start-up:\n{controlplane.log_tail(log)}")
         return check()
 
     try:
         waits.until(ready, timeout_s=START_TIMEOUT_S, what=what, interval_s=0.5)
     except waits.Timeout as exc:
-        raise ScenarioError(f"{exc}\n{name} log tail:\n{_log_tail(layout, name)}") from None
-
-
-def _http_ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=3) as reply:
-            return int(reply.status) == 200
-    except OSError:
-        return False
+        raise ScenarioError(f"{exc}\n{name} log tail:\n{controlplane.log_tail(log)}") from None
 
 
 def _kubeconfig(
@@ -242,7 +225,7 @@ def start_prometheus(
         f"--web.listen-address={url.removeprefix('http://')}",
     ]
     recorded = _start(layout, 10, "prometheus", argv, env={"HOME": str(home)})
-    _wait_ready(layout, "prometheus", recorded, lambda: _http_ok(f"{url}/-/ready"),
+    _wait_ready(layout, "prometheus", recorded, lambda: controlplane.http_ok(f"{url}/-/ready"),
                 "Prometheus ready")  # fmt: skip
     return url
 
@@ -276,42 +259,18 @@ def keda_names(namespace: str = KEDA_NS) -> list[str]:
     ]
 
 
-def certificates(*, now: datetime.datetime, days: int = 2) -> Certificates:
-    """A CA and one certificate (serving and client, for the mutual-TLS gRPC) for KEDA."""
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "popfleet-demo-keda-ca")])
-    valid = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=days))
-    ca = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid[0]).not_valid_after(valid[1])
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .sign(ca_key, hashes.SHA256())
-    )  # fmt: skip
-    key = ec.generate_private_key(ec.SECP256R1())
+def certificates(*, now: datetime.datetime) -> Certificates:
+    """A CA and one certificate (serving and client, for the mutual-TLS gRPC) for KEDA, made
+    as the testbed makes its own (``pki``)."""
+    ca = pki.new_ca(now)
     sans: list[x509.GeneralName] = [x509.DNSName(n) for n in keda_names()]
     sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "keda")]))
-        .issuer_name(ca_name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(valid[0]).not_valid_after(valid[1])
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
-                                              ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .sign(ca_key, hashes.SHA256())
+    key, cert = pki.leaf(
+        ca, now=now, subject=x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "keda")]),
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH], sans=sans,
     )  # fmt: skip
-    pem = serialization.Encoding.PEM
-    return Certificates(
-        ca_pem=ca.public_bytes(pem),
-        cert_pem=cert.public_bytes(pem),
-        key_pem=key.private_bytes(
-            pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        ),
-    )
+    return Certificates(ca_pem=pki.pem_cert(ca.cert), cert_pem=pki.pem_cert(cert),
+                        key_pem=pki.pem_key(key))  # fmt: skip
 
 
 def keda_objects(rendered: str, *, ca_pem: bytes, adapter_port: int) -> tuple[list[Obj], list[Obj]]:
@@ -381,7 +340,7 @@ def start_keda(
         f"--metrics-service-bind-address=127.0.0.1:{ports['grpc']}",
     ], env=env)  # fmt: skip
     _wait_ready(layout, "keda-operator", operator,
-                lambda: _http_ok(f"http://127.0.0.1:{ports['probes']}/readyz"),
+                lambda: controlplane.http_ok(f"http://127.0.0.1:{ports['probes']}/readyz"),
                 "KEDA's operator ready")  # fmt: skip
     adapter = _start(layout, 30, "keda-adapter", [
         str(builds.keda_bin / "keda-adapter"),

@@ -141,7 +141,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _log_tail(path: Path, lines: int = 25) -> str:
+def log_tail(path: Path, lines: int = 25) -> str:
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
@@ -164,14 +164,14 @@ class _Starter:
     ) -> None:
         def probe() -> bool:
             if not processes.alive(rec):
-                tail = _log_tail(self.layout.logs / f"{name}.log")
+                tail = log_tail(self.layout.logs / f"{name}.log")
                 raise errors.TestbedError(f"{name} exited during start-up:\n{tail}")
             return check()
 
         try:
             waiting.until(probe, timeout_s=START_TIMEOUT_S, what=what, interval_s=0.25)
         except errors.Timeout as exc:
-            tail = _log_tail(self.layout.logs / f"{name}.log")
+            tail = log_tail(self.layout.logs / f"{name}.log")
             raise errors.TestbedError(f"{exc}\n{name} log tail:\n{tail}") from None
 
 
@@ -190,7 +190,7 @@ def _https_ok(url: str, layout: Layout, *, client_cert: bool = True, verify: boo
         return False
 
 
-def _http_ok(url: str) -> bool:
+def http_ok(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=3) as resp:
             return int(resp.status) == 200
@@ -255,7 +255,7 @@ def _start_all(info: Info, starter: _Starter) -> None:
         ],
     )
     starter.wait(
-        "etcd", etcd, lambda: _http_ok(f"http://127.0.0.1:{info.etcd_port}/health"), "etcd /health"
+        "etcd", etcd, lambda: http_ok(f"http://127.0.0.1:{info.etcd_port}/health"), "etcd /health"
     )
 
     apiserver = starter.start(

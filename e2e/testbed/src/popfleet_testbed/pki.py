@@ -29,6 +29,7 @@ import base64
 import datetime
 import ipaddress
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,7 +72,7 @@ def _ec_key() -> ec.EllipticCurvePrivateKey:
     return ec.generate_private_key(ec.SECP256R1())
 
 
-def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
+def pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     return key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.PKCS8,
@@ -79,7 +80,7 @@ def _pem_key(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> bytes:
     )
 
 
-def _pem_cert(cert: x509.Certificate) -> bytes:
+def pem_cert(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
@@ -90,12 +91,12 @@ def _write(path: Path, data: bytes, *, private: bool = False) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class _CA:
+class CA:
     key: ec.EllipticCurvePrivateKey
     cert: x509.Certificate
 
 
-def _new_ca(now: datetime.datetime) -> _CA:
+def new_ca(now: datetime.datetime) -> CA:
     key = _ec_key()
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "popfleet-testbed-ca")])
     cert = (
@@ -124,15 +125,15 @@ def _new_ca(now: datetime.datetime) -> _CA:
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
-    return _CA(key=key, cert=cert)
+    return CA(key=key, cert=cert)
 
 
-def _leaf(
-    ca: _CA,
+def leaf(
+    ca: CA,
     *,
     now: datetime.datetime,
     subject: x509.Name,
-    usage: x509.ObjectIdentifier,
+    usages: Sequence[x509.ObjectIdentifier],
     sans: list[x509.GeneralName] | None = None,
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = _ec_key()
@@ -145,7 +146,7 @@ def _leaf(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + VALIDITY)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(list(usages)), critical=False)
     )
     if sans:
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
@@ -156,9 +157,9 @@ def generate(pki_dir: Path, *, node_name: str, server_url: str) -> None:
     """Write a fresh CA, apiserver serving cert, SA key pair, client certs and kubeconfigs."""
     pki_dir.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
-    ca = _new_ca(now)
-    _write(pki_dir / "ca.crt", _pem_cert(ca.cert))
-    _write(pki_dir / "ca.key", _pem_key(ca.key), private=True)
+    ca = new_ca(now)
+    _write(pki_dir / "ca.crt", pem_cert(ca.cert))
+    _write(pki_dir / "ca.key", pem_key(ca.key), private=True)
 
     dns = [
         "localhost",
@@ -172,11 +173,11 @@ def generate(pki_dir: Path, *, node_name: str, server_url: str) -> None:
         x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", KUBERNETES_SERVICE_IP)
     ]
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-apiserver")])
-    key, cert = _leaf(
-        ca, now=now, subject=subject, usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=sans
+    key, cert = leaf(
+        ca, now=now, subject=subject, usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=sans
     )
-    _write(pki_dir / "apiserver.crt", _pem_cert(cert) + _pem_cert(ca.cert))
-    _write(pki_dir / "apiserver.key", _pem_key(key), private=True)
+    _write(pki_dir / "apiserver.crt", pem_cert(cert) + pem_cert(ca.cert))
+    _write(pki_dir / "apiserver.key", pem_key(key), private=True)
 
     # The process kubelet's log endpoint (``logserver``), dialled by the apiserver at the
     # Node's InternalIP.
@@ -186,14 +187,14 @@ def generate(pki_dir: Path, *, node_name: str, server_url: str) -> None:
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
     ]
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"system:node:{node_name}")])
-    key, cert = _leaf(
-        ca, now=now, subject=subject, usage=ExtendedKeyUsageOID.SERVER_AUTH, sans=kubelet_sans
+    key, cert = leaf(
+        ca, now=now, subject=subject, usages=[ExtendedKeyUsageOID.SERVER_AUTH], sans=kubelet_sans
     )
-    _write(pki_dir / "kubelet.crt", _pem_cert(cert) + _pem_cert(ca.cert))
-    _write(pki_dir / "kubelet.key", _pem_key(key), private=True)
+    _write(pki_dir / "kubelet.crt", pem_cert(cert) + pem_cert(ca.cert))
+    _write(pki_dir / "kubelet.key", pem_key(key), private=True)
 
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    _write(pki_dir / "sa.key", _pem_key(sa_key), private=True)
+    _write(pki_dir / "sa.key", pem_key(sa_key), private=True)
     sa_pub = sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
@@ -202,18 +203,18 @@ def generate(pki_dir: Path, *, node_name: str, server_url: str) -> None:
     for ident in identities(node_name):
         attrs = [x509.NameAttribute(NameOID.ORGANIZATION_NAME, g) for g in ident.groups]
         attrs.append(x509.NameAttribute(NameOID.COMMON_NAME, ident.user))
-        key, cert = _leaf(
-            ca, now=now, subject=x509.Name(attrs), usage=ExtendedKeyUsageOID.CLIENT_AUTH
+        key, cert = leaf(
+            ca, now=now, subject=x509.Name(attrs), usages=[ExtendedKeyUsageOID.CLIENT_AUTH]
         )
-        _write(pki_dir / f"{ident.name}.crt", _pem_cert(cert))
-        _write(pki_dir / f"{ident.name}.key", _pem_key(key), private=True)
+        _write(pki_dir / f"{ident.name}.crt", pem_cert(cert))
+        _write(pki_dir / f"{ident.name}.key", pem_key(key), private=True)
         write_kubeconfig(
             pki_dir / f"{ident.name}.kubeconfig",
             server_url=server_url,
-            ca_pem=_pem_cert(ca.cert),
+            ca_pem=pem_cert(ca.cert),
             user=ident.name,
-            cert_pem=_pem_cert(cert),
-            key_pem=_pem_key(key),
+            cert_pem=pem_cert(cert),
+            key_pem=pem_key(key),
         )
 
 
