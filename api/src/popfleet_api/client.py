@@ -106,6 +106,13 @@ class BrokerAdminApi(Protocol):
 
     async def members(self) -> list[models.Member]: ...
 
+    async def hand_over(self, successor: str = "", *, timeout_ms: int = 0) -> models.HandOverResult:
+        """A replicated broker's leader hands its set over (``HandOver``; empty
+        ``successor``: the in-sync follower furthest along); ``FailedPrecondition`` when
+        replication is off or no follower fits, ``Unavailable`` when it does not lead or the
+        successor did not catch up (nothing changed)."""
+        ...
+
     async def put_topic(self, topic: models.Topic) -> models.PutTopicResult:
         """Create or update; shrinking a queue count raises ``FailedPrecondition``."""
         ...
@@ -236,9 +243,11 @@ class BrokerAdmin:
             target=self._target,
         )
 
-    async def _call(self, method: Any, request: Any) -> Any:
+    async def _call(self, method: Any, request: Any, *, timeout_s: float | None = None) -> Any:
         try:
-            return await method(request, timeout=self._timeout_s, metadata=self._metadata)
+            return await method(
+                request, timeout=timeout_s or self._timeout_s, metadata=self._metadata
+            )
         except grpc.aio.AioRpcError as exc:
             raise self._error(exc) from None
 
@@ -256,6 +265,13 @@ class BrokerAdmin:
     async def members(self) -> list[models.Member]:
         answer = await self._call(self._stub.GetMembers, pb.GetMembersRequest())
         return [convert.member_from_pb(m) for m in answer.members]
+
+    async def hand_over(self, successor: str = "", *, timeout_ms: int = 0) -> models.HandOverResult:
+        request = pb.HandOverRequest(successor=successor, timeout_ms=timeout_ms)
+        # the leader waits for its successor: the call's deadline covers that wait
+        timeout_s = self._timeout_s + (timeout_ms or 10_000) / 1000
+        answer = await self._call(self._stub.HandOver, request, timeout_s=timeout_s)
+        return models.HandOverResult(successor=answer.successor, term=answer.term)
 
     # ------------------------------------------------------------------ topics and groups
 

@@ -134,6 +134,14 @@ class PutTopicResult:
 
 
 @dataclass(frozen=True, slots=True)
+class HandOverResult:
+    """A leader handed its broker set over: to ``successor``, which leads ``term + 1``."""
+
+    successor: str
+    term: int
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """Client back-off between deliveries; the defaults are RocketMQ's."""
 

@@ -83,6 +83,11 @@ class InMemoryBrokerAdmin:
         self._bounds: dict[tuple[str, int], tuple[int, int]] = {}
         self.revive_records: dict[int, list[models.ReviveRecord]] = {}
         self.closed = False
+        # replication (test knobs): the other replicas of this broker's set, in sync (none:
+        # replication off); the term it leads; every hand-over asked, with its successor
+        self.followers: tuple[str, ...] = ()
+        self.term = 1
+        self.hand_overs: list[str] = []
 
     # ------------------------------------------------------------------ test knobs
 
@@ -157,6 +162,21 @@ class InMemoryBrokerAdmin:
     async def members(self) -> list[models.Member]:
         self._enter("members")
         return list(self._members)
+
+    async def hand_over(self, successor: str = "", *, timeout_ms: int = 0) -> models.HandOverResult:
+        self._enter("hand_over")
+        if not self.followers:
+            raise errors.FailedPrecondition(
+                "replication is off on this broker", reason="REPLICATION_OFF", target=self._target
+            )
+        chosen = successor or self.followers[0]
+        if chosen not in self.followers:
+            raise errors.FailedPrecondition(
+                f"{chosen} is not an in-sync follower", reason="NO_SUCCESSOR", target=self._target
+            )
+        self.hand_overs.append(chosen)
+        term, self.term = self.term, self.term + 1
+        return models.HandOverResult(successor=chosen, term=term)
 
     async def put_topic(self, topic: models.Topic) -> models.PutTopicResult:
         self._enter("put_topic")

@@ -216,3 +216,12 @@ async def test_revive_log_scan_bounds(subject: Subject) -> None:
             pass
     stats = await admin.revive_stats()
     assert [q.revive_queue_id for q in stats.queues] == list(range(REVIVE_QUEUES))
+
+
+async def test_hand_over_without_replication_is_refused(subject: Subject) -> None:
+    """A broker that is not a replica (no ``--replica-name``) has no set to hand over: both
+    implementations refuse with REPLICATION_OFF (the operator then restarts it as always)."""
+    with pytest.raises(errors.FailedPrecondition) as refused:
+        await subject.admin.hand_over("broker-0-r1")
+    assert refused.value.reason == "REPLICATION_OFF"
+    assert "replication is off" in refused.value.message

@@ -29,6 +29,7 @@ def test_admin_proto_is_registered_under_its_full_path_and_package() -> None:
         "ScanReviveLog",
         "ScanReviveLogBatches",
         "ScanOffsets",
+        "HandOver",
     }
     streaming = {m.name for m in service.methods if m.server_streaming}
     assert streaming == {"ScanReviveLog", "ScanReviveLogBatches", "ScanOffsets"}

@@ -25,6 +25,7 @@ def test_a_leader_exports_its_set_and_each_followers_lag() -> None:
             lag_ms={"b": 12, "c": 7_500},
             term_changes=3,
             fenced_writes=2,
+            hand_overs=1,
         )
     )
     assert {
@@ -37,6 +38,7 @@ def test_a_leader_exports_its_set_and_each_followers_lag() -> None:
         'popfleet_replication_lag_seconds{follower="c"} 7.5',
         "popfleet_replication_term_changes_total 3.0",
         "popfleet_replication_fenced_writes_total 2.0",
+        "popfleet_replication_hand_overs_total 1.0",
     } <= lines
 
 

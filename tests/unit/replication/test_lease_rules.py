@@ -51,6 +51,21 @@ def test_decisions() -> None:
     )
 
 
+def test_a_handed_over_lease_goes_to_its_successor_first() -> None:
+    handed = Record(None, 7, "v3", frozenset({"a", "b", "c"}), successor="b")
+    decide = lease.decide
+    assert decide("b", handed, unchanged_ms=0, lease_ms=15_000, eligible=True) == TakeOver(8)
+    assert decide("c", handed, unchanged_ms=14_999, lease_ms=15_000, eligible=True) == Wait(
+        "term 7 was handed over to b"
+    )
+    assert decide("a", handed, unchanged_ms=0, lease_ms=15_000, eligible=True) == Wait(
+        "term 7 was handed over to b"
+    )
+    # the successor never took it (gone as well): after the lease time any in-sync replica
+    assert decide("c", handed, unchanged_ms=15_000, lease_ms=15_000, eligible=True) == (TakeOver(8))
+    assert isinstance(decide("b", handed, unchanged_ms=0, lease_ms=15_000, eligible=False), Wait)
+
+
 def test_the_observer_counts_from_the_last_change_it_saw() -> None:
     observer = lease.Observer()
     assert observer.observe(Record("a", 1, "v1"), 1_000) == 0

@@ -53,6 +53,7 @@ from popbroker.admin.errors import (
 from popbroker.inspect import inspecting
 from popbroker.inspect.popstate import PopStateProvider
 from popbroker.metrics.admin import AdminMetrics
+from popbroker.replication.handover import HandOverRefused
 from popbroker.store import names
 from popbroker.store.api import ConsumeModeConfig, GroupConfig, TopicConfig
 from popbroker.store.errors import StoreError
@@ -124,11 +125,17 @@ def _group_key(name: str) -> str:
 
 
 MEMBERS_KEY = "members"
+HAND_OVER_TIMEOUT_MS = 10_000  # HandOver's wait for its successor when the caller gives none
 
 
 def _status_of(method: str, exc: BaseException) -> tuple[grpc.StatusCode, str, str]:
     if isinstance(exc, AdminRefusal):
         return exc.code, exc.reason, exc.message
+    if isinstance(exc, HandOverRefused):
+        code = grpc.StatusCode.UNAVAILABLE
+        if not exc.retriable and exc.reason != "NOT_LEADER":
+            code = grpc.StatusCode.FAILED_PRECONDITION
+        return code, exc.reason, exc.message
     if isinstance(exc, StoreError):
         code, reason = status_of_store_error(exc)
         return code, reason, str(exc)
@@ -444,3 +451,19 @@ class AdminServicer(pb_grpc.BrokerAdminServicer):
             self._store, self._pop_state, request=request
         ):
             yield page
+
+    # ------------------------------------------------------------------ replication
+
+    @_answering
+    async def HandOver(
+        self, request: pb.HandOverRequest, context: grpc.aio.ServicerContext
+    ) -> pb.HandOverResponse:
+        hand_over = getattr(self._store, "hand_over", None)  # a replica's store has it
+        if hand_over is None:
+            raise FailedPrecondition(
+                "replication is off on this broker: there is no set to hand over",
+                reason="REPLICATION_OFF",
+            )
+        timeout_s = (request.timeout_ms or HAND_OVER_TIMEOUT_MS) / 1000
+        successor, term = await hand_over(request.successor or None, timeout_s=timeout_s)
+        return pb.HandOverResponse(successor=successor, term=term)

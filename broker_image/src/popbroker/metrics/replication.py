@@ -9,6 +9,7 @@
   long since it last held the end. ``follower`` is a replica name: at most two per set.
 * ``popfleet_replication_term_changes_total``: terms this replica has seen begin.
 * ``popfleet_replication_fenced_writes_total``: writes it refused because it did not lead.
+* ``popfleet_replication_hand_overs_total``: planned hand-overs it did as leader.
 """
 
 from __future__ import annotations
@@ -70,6 +71,11 @@ class ReplicationCollector(Collector):
             "popfleet_replication_fenced_writes",
             "Writes refused because this replica did not lead its broker set",
             value=now.fenced_writes,
+        )
+        yield CounterMetricFamily(
+            "popfleet_replication_hand_overs",
+            "Planned hand-overs of leadership this replica did (a rolling update's)",
+            value=now.hand_overs,
         )
 
 

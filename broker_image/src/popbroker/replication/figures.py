@@ -18,3 +18,4 @@ class ReplicationFigures:
     lag_ms: Mapping[str, int] = field(default_factory=dict)  # since each last caught up
     term_changes: int = 0  # terms this replica has seen begin since it started
     fenced_writes: int = 0  # writes it refused because it did not lead
+    hand_overs: int = 0  # planned hand-overs it did as leader (``Replica.hand_over``)

@@ -14,7 +14,10 @@ Per candidate, every ``retry_ms``:
    (:class:`Observer`);
 2. :func:`decide`: the holder renews; anyone else takes over only when the record has been
    unchanged for ``lease_ms`` by its own clock and it is eligible (a live member of the
-   in-sync set the Lease records, ``Record.may_lead``); otherwise it waits;
+   in-sync set the Lease records, ``Record.may_lead``); otherwise it waits. A released
+   Lease (no holder) is taken at once, except one *handed over*: its former holder named a
+   successor (``Record.successor``), and only that replica takes it at once; the others
+   wait the lease time, in case the successor is gone too;
 3. write the decision with the ``resourceVersion`` read; a 409 means someone else moved.
 
 The holder accepts writes only while its last successful renewal is younger than
@@ -47,13 +50,15 @@ def check_timing(*, lease_ms: int, renew_deadline_ms: int, retry_ms: int) -> Non
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    """The Lease as read: holder (None when released), our term, its resourceVersion, and
-    the in-sync set the holder last recorded there (empty before any)."""
+    """The Lease as read: holder (None when released), our term, its resourceVersion, the
+    in-sync set the holder last recorded there (empty before any), and the successor a
+    holder named when it handed the Lease over (None: none named)."""
 
     holder: str | None
     term: int
     version: str
     in_sync: frozenset[str] = frozenset()
+    successor: str | None = None
 
     def may_lead(self, me: str) -> bool:
         """Only a member of the recorded in-sync set may lead the next term (rule 4 of
@@ -101,10 +106,12 @@ def decide(
         return Renew(record.term)
     if not eligible:
         return Wait("not a live member of the in-sync set")
-    if record.holder is None:
+    if record.holder is None and record.successor in (None, me):
         return TakeOver(record.term + 1)
     if unchanged_ms >= lease_ms:
         return TakeOver(record.term + 1)
+    if record.holder is None:
+        return Wait(f"term {record.term} was handed over to {record.successor}")
     return Wait(f"{record.holder} holds term {record.term}")
 
 

@@ -48,6 +48,10 @@ class ReplicatedStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._replica.store, name)
 
+    async def hand_over(self, successor: str | None, *, timeout_s: float) -> tuple[str, int]:
+        """``Replica.hand_over``: the admin API's ``HandOver``."""
+        return await self._replica.hand_over(successor, timeout_s=timeout_s)
+
     def replication_figures(self) -> ReplicationFigures:
         """The replica's figures (the store role's /metrics)."""
         return self._replica.figures()

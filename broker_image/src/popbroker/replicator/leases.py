@@ -45,6 +45,9 @@ ENDPOINT_ANNOTATION = "popfleet.io/endpoint"
 # need no DNS and always dial the current holder's current address)
 REPLICATION_ANNOTATION = "popfleet.io/replication-endpoint"
 CLUSTER_LABEL = "popfleet.io/cluster"
+# on a released Lease: the replica its last holder handed it to (``release(successor=)``),
+# the only one that takes it before the lease time; every holder's write removes it
+SUCCESSOR_ANNOTATION = "popfleet.io/successor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,19 +141,25 @@ class LeaseCoordinator:
         self._last_renewed_ms = None  # someone else moved: read again next round
         return self._standing(record.holder, record.term, now, body=body)
 
-    async def release(self) -> bool:
+    async def release(self, successor: str | None = None) -> bool:
         """Give the Lease up (holder cleared; term and in-sync set kept) if this replica
         holds it, so another in-sync replica takes the next term at its next round instead
-        of after the lease time: a graceful stop hands leadership over. The caller has
-        stopped taking writes first. False when it did not hold it, or another write won."""
+        of after the lease time: a graceful stop hands leadership over. With ``successor``,
+        only that replica takes it before the lease time (an explicit hand-over). The caller
+        has stopped taking writes first. False when it did not hold it, or another write
+        won."""
         body = await self._read()
         if body is None or body.spec.holder_identity != self.me:
             return False
         spec = {"holderIdentity": None, "leaseDurationSeconds": max(1, self._lease_ms // 1000)}
+        annotations = dict(body.metadata.annotations or {})
+        annotations.pop(SUCCESSOR_ANNOTATION, None)
+        if successor is not None:
+            annotations[SUCCESSOR_ANNOTATION] = successor
         metadata = {
             "name": self._name,
             "resourceVersion": body.metadata.resource_version,
-            "annotations": dict(body.metadata.annotations or {}),
+            "annotations": annotations,
             "labels": dict(body.metadata.labels or {}),
             **_owners(body),
         }
@@ -228,6 +237,7 @@ class LeaseCoordinator:
                 spec["acquireTime"] = body.spec.acquire_time.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
             metadata["resourceVersion"] = body.metadata.resource_version
             metadata["annotations"] = {**(body.metadata.annotations or {}), **ours}
+            metadata["annotations"].pop(SUCCESSOR_ANNOTATION, None)  # taken: no successor
             metadata["labels"] = {**(body.metadata.labels or {}), **self._labels}
             metadata.update(_owners(body))
             await self._api.replace_namespaced_lease(
@@ -295,4 +305,7 @@ def _record(body: Any | None) -> lease.Record:
     except ValueError:
         term = 0
     members = frozenset(m for m in annotations.get(IN_SYNC_ANNOTATION, "").split(",") if m)
-    return lease.Record(body.spec.holder_identity, term, body.metadata.resource_version, members)
+    return lease.Record(
+        body.spec.holder_identity, term, body.metadata.resource_version, members,
+        successor=annotations.get(SUCCESSOR_ANNOTATION) or None,
+    )  # fmt: skip

@@ -12,6 +12,10 @@ other replica runs a Lease step. Then it acts on what the Lease says:
   after it ends, to the holder's address in ``peers``), and stops leading if it was.
 * it may no longer serve (its renewal is older than the deadline): it stops leading.
 
+A leader can also hand over on request (:meth:`Replica.hand_over`, the admin API's
+``HandOver``; :mod:`popbroker.replication.handover`): it stops taking writes, waits for its
+successor to hold everything, and releases the Lease naming it.
+
 A round cannot outlast the renew deadline (:meth:`Replica.bounded_round`): an API server
 that stops answering (a partition drops the packets, nothing refuses them) would otherwise
 hold the round, and the leader with it, for as long as the client waits. And whatever the
@@ -42,6 +46,7 @@ from kubernetes_asyncio import client
 from kubernetes_asyncio.client.exceptions import ApiException
 
 from popbroker.replication.figures import ReplicationFigures
+from popbroker.replication.handover import HandOverRefused, choose_successor
 from popbroker.replication.insync import InSyncSet
 from popbroker.replicator.duty import LeaderDuty
 from popbroker.replicator.leases import (
@@ -150,13 +155,16 @@ class Replica:
         self._last_term = 0
         self.term_changes = 0  # terms seen begin since this replica started (metrics)
         self.fenced_writes = 0  # writes refused because it did not lead (metrics)
+        self.hand_overs = 0  # planned hand-overs done (metrics)
+        self._handing_over = False  # writes stopped for a hand-over under way
+        self._round_lock = asyncio.Lock()  # a round never runs between step-down and release
 
     @property
     def leads_now(self) -> bool:
         """Leading, and renewed within the renew deadline by this replica's clock: only then
         may a write be taken (a leader cut off from the API server stops here, before its
         round notices)."""
-        return self.leader is not None and self.coordinator.may_serve()
+        return self.leader is not None and not self._handing_over and self.coordinator.may_serve()
 
     async def bounded_round(self) -> Standing | None:
         """:meth:`round`, given at most ``round_timeout_s``; None when it failed or timed out
@@ -185,6 +193,10 @@ class Replica:
                 await self._step_down()
 
     async def round(self) -> Standing:
+        async with self._round_lock:
+            return await self._round()
+
+    async def _round(self) -> Standing:
         standing = await (self._duty.round() if self._duty else self.coordinator.step())
         if standing.term > self._last_term:
             if self._last_term:
@@ -222,7 +234,7 @@ class Replica:
         if leader is None or insync is None:
             return ReplicationFigures(
                 term=self.store.term(), leading=False, term_changes=self.term_changes,
-                fenced_writes=self.fenced_writes,
+                fenced_writes=self.fenced_writes, hand_overs=self.hand_overs,
             )  # fmt: skip
         end = self.store.commitlog.end
         return ReplicationFigures(
@@ -233,6 +245,7 @@ class Replica:
             lag_ms=insync.lag_ms(),
             term_changes=self.term_changes,
             fenced_writes=self.fenced_writes,
+            hand_overs=self.hand_overs,
         )
 
     async def stop(self, *, release: bool = True) -> None:
@@ -247,6 +260,79 @@ class Replica:
                     log.info("%s released the Lease: the next term goes to another", self.name)
             except ApiException as exc:  # the others take over after the lease time
                 log.warning("%s: the Lease was not released: %s", self.name, exc.reason)
+
+    async def hand_over(
+        self, successor: str | None = None, *, timeout_s: float = 10.0
+    ) -> tuple[str, int]:
+        """Hand leadership to ``successor`` (None: the in-sync follower furthest along);
+        returns it and the term handed over. Writes stop first (every write is refused
+        ``NotLeader`` from here); once the successor holds the log to its end, the config
+        and the committed offsets, this replica steps down and releases the Lease naming
+        it. ``HandOverRefused`` when this replica does not lead, the successor is not an
+        in-sync follower, or it did not catch up within ``timeout_s`` (writes resume then:
+        nothing changed)."""
+        leader, insync = self.leader, self._insync
+        if leader is None or insync is None or not self.leads_now:
+            raise HandOverRefused(f"{self.name} does not lead its broker set now",
+                                  reason="NOT_LEADER")  # fmt: skip
+        chosen = choose_successor(
+            self.name, in_sync=insync.recorded, acked=leader.acked, wanted=successor
+        )
+        term = leader.term
+        self._handing_over = True
+        try:
+            await self._until_caught_up(leader, chosen, timeout_s=timeout_s)
+            async with self._round_lock:
+                if self.leader is not leader:  # stepped down meanwhile (deadline, a round)
+                    raise HandOverRefused(f"{self.name} stopped leading term {term} meanwhile",
+                                          reason="NOT_LEADER")  # fmt: skip
+                await self._step_down()
+                try:
+                    released = await self.coordinator.release(chosen)
+                except (ApiException, aiohttp.ClientError, OSError) as exc:
+                    released, why = False, api_failure(exc)
+                else:
+                    why = "the Lease moved meanwhile"
+                if not released:
+                    raise HandOverRefused(
+                        f"{self.name} could not release the Lease to {chosen}: {why} (it "
+                        "leads again at its next round)",
+                        reason="HAND_OVER_FAILED", retriable=True,
+                    )  # fmt: skip
+        finally:
+            self._handing_over = False
+        self.hand_overs += 1
+        log.info("%s handed term %d over to %s", self.name, term, chosen)
+        return chosen, term
+
+    async def _until_caught_up(self, leader: Leader, successor: str, *, timeout_s: float) -> None:
+        """Until ``successor`` holds this leader's log end, config and offsets as they are
+        (asked again at every acknowledgement: a follower acknowledges each frame, and an
+        idle leader sends one every heartbeat)."""
+
+        def caught_up() -> bool:
+            config, offsets = self.store.state_version()
+            return (
+                leader.acked.get(successor, -1) >= self.store.commitlog.end
+                and leader.config_acked.get(successor, -1) >= config
+                and leader.offsets_acked.get(successor, -1) >= offsets
+            )
+
+        async def waiting() -> None:
+            async with leader.ack_progress:
+                await leader.ack_progress.wait_for(caught_up)
+
+        leader.poke()
+        try:
+            await asyncio.wait_for(waiting(), timeout_s)
+        except TimeoutError:
+            raise HandOverRefused(
+                f"{successor} did not catch up with {self.name} within {timeout_s:g}s (it "
+                f"holds {leader.acked.get(successor, -1)} of {self.store.commitlog.end}); "
+                "writes resume",
+                reason="HAND_OVER_TIMEOUT",
+                retriable=True,
+            ) from None
 
     async def _lead(self, term: int) -> None:
         await self._stop_following()

@@ -19,6 +19,8 @@ A     follower → leader   i64 the follower's log end, durable as its flush mod
 S     leader → follower   i64 config generation, i64 offsets version, JSON: the config
                           and/or the committed offsets (``LocalStore.state_snapshot``)
 V     follower → leader   i64 the config generation it applied, durably
+O     follower → leader   i64 the offsets version it applied (a hand-over waits for the
+                          successor to hold the leader's last offsets)
 X     either              UTF-8 reason; the sender closes
 ====  ==================  ==========================================================
 
@@ -39,7 +41,10 @@ follower applies a snapshot before the frames after it, and acknowledges a confi
 ``V`` once it is on disk: a leader's config write is answered when every in-sync follower
 has it (:meth:`SyncAppends.config_replicated`). Offsets are not waited for: after a
 failover they may be behind by up to ``state_interval_s``, which redelivers, never loses
-(as a single store's offsets persisted every interval).
+(as a single store's offsets persisted every interval). A follower also reports the offsets
+version it applied (``O``): a planned hand-over (``Replica.hand_over``) waits for its
+successor to hold the log, the config and the offsets as they were when writes stopped, so
+it redelivers nothing. A leader older than ``O`` ignores it (unknown kinds are skipped).
 """
 
 from __future__ import annotations
@@ -119,6 +124,7 @@ class Leader:
         self._state_interval_s = state_interval_s
         self.acked: dict[str, int] = {}
         self.config_acked: dict[str, int] = {}  # the config generation each follower holds
+        self.offsets_acked: dict[str, int] = {}  # the offsets version each follower holds
         self.ack_progress = asyncio.Condition()  # notified on every acknowledgement
         self._grew = asyncio.Event()
         self._server: asyncio.Server | None = None
@@ -189,6 +195,7 @@ class Leader:
                 if offset < self._store.commitlog.min_offset:
                     raise ReplicationRefused(f"asked for {offset}, below the log's start")
             self.config_acked.pop(name, None)  # a new connection starts from a full snapshot
+            self.offsets_acked.pop(name, None)
             acks = asyncio.create_task(self._read_acks(reader, name))
             try:
                 await self._stream(writer, offset, acks)
@@ -239,6 +246,8 @@ class Leader:
                     self.on_ack(name, self.acked[name], self._store.commitlog.end)
                 elif kind == b"V" and len(payload) == _I64.size:
                     self.config_acked[name] = _I64.unpack(payload)[0]
+                elif kind == b"O" and len(payload) == _I64.size:
+                    self.offsets_acked[name] = _I64.unpack(payload)[0]
                 else:
                     continue
                 async with self.ack_progress:
@@ -332,9 +341,10 @@ class Follower:
                 except asyncio.IncompleteReadError:
                     return
                 if kind == b"S" and len(payload) >= _VERSIONS.size:
-                    config_generation, _ = _VERSIONS.unpack_from(payload)
+                    config_generation, offsets_version = _VERSIONS.unpack_from(payload)
                     await self._store.apply_state(payload[_VERSIONS.size :])
                     await _send(writer, b"V", _I64.pack(config_generation))
+                    await _send(writer, b"O", _I64.pack(offsets_version))
                 elif kind == b"R":
                     state = await self.log.apply(stream.decode(payload))
                     await _send(writer, b"A", _I64.pack(state.end))

@@ -1649,3 +1649,54 @@ class OffsetTablePage(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___OffsetTablePage: _TypeAlias = OffsetTablePage  # noqa: Y015
+
+@_typing.final
+class HandOverRequest(_message.Message):
+    """---------------------------------------------------------------- replication"""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUCCESSOR_FIELD_NUMBER: _builtins.int
+    TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    successor: _builtins.str
+    """A replica of this broker set (its pod name); empty: the in-sync follower
+    furthest along.
+    """
+    timeout_ms: _builtins.int
+    """How long the leader waits for the successor to catch up; 0: 10 s."""
+    def __init__(
+        self,
+        *,
+        successor: _builtins.str = ...,
+        timeout_ms: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["successor", b"successor", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HandOverRequest: _TypeAlias = HandOverRequest  # noqa: Y015
+
+@_typing.final
+class HandOverResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUCCESSOR_FIELD_NUMBER: _builtins.int
+    TERM_FIELD_NUMBER: _builtins.int
+    successor: _builtins.str
+    term: _builtins.int
+    """The term handed over; the successor leads the next one."""
+    def __init__(
+        self,
+        *,
+        successor: _builtins.str = ...,
+        term: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["successor", b"successor", "term", b"term"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HandOverResponse: _TypeAlias = HandOverResponse  # noqa: Y015

@@ -119,6 +119,11 @@ class BrokerAdminStub:
                 request_serializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.ScanOffsetsRequest.SerializeToString,
                 response_deserializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.OffsetTablePage.FromString,
                 _registered_method=True)
+        self.HandOver = channel.unary_unary(
+                '/popfleet.admin.v1.BrokerAdmin/HandOver',
+                request_serializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.HandOverRequest.SerializeToString,
+                response_deserializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.HandOverResponse.FromString,
+                _registered_method=True)
 
 
 class BrokerAdminServicer:
@@ -250,6 +255,21 @@ class BrokerAdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def HandOver(self, request, context):
+        """Replication (issue 18): hand the broker set's leadership over to an in-sync
+        follower (what a rolling update asks of a leader before restarting it). The
+        leader stops taking writes, waits until the successor holds its log, config
+        and committed offsets, then releases its Lease naming the successor, which
+        leads the next term at its next round: nothing is lost or redelivered.
+        FAILED_PRECONDITION: replication is off (REPLICATION_OFF) or no in-sync
+        follower fits (NO_SUCCESSOR); UNAVAILABLE: this replica does not lead
+        (NOT_LEADER), the successor did not catch up in time (HAND_OVER_TIMEOUT;
+        writes resumed, nothing changed) or the Lease write failed (HAND_OVER_FAILED).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BrokerAdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -337,6 +357,11 @@ def add_BrokerAdminServicer_to_server(servicer, server):
                     servicer.ScanOffsets,
                     request_deserializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.ScanOffsetsRequest.FromString,
                     response_serializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.OffsetTablePage.SerializeToString,
+            ),
+            'HandOver': grpc.unary_unary_rpc_method_handler(
+                    servicer.HandOver,
+                    request_deserializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.HandOverRequest.FromString,
+                    response_serializer=popfleet_dot_admin_dot_v1_dot_admin__pb2.HandOverResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -798,6 +823,33 @@ class BrokerAdmin:
             '/popfleet.admin.v1.BrokerAdmin/ScanOffsets',
             popfleet_dot_admin_dot_v1_dot_admin__pb2.ScanOffsetsRequest.SerializeToString,
             popfleet_dot_admin_dot_v1_dot_admin__pb2.OffsetTablePage.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def HandOver(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/popfleet.admin.v1.BrokerAdmin/HandOver',
+            popfleet_dot_admin_dot_v1_dot_admin__pb2.HandOverRequest.SerializeToString,
+            popfleet_dot_admin_dot_v1_dot_admin__pb2.HandOverResponse.FromString,
             options,
             channel_credentials,
             insecure,

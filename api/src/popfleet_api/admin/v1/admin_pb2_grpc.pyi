@@ -116,6 +116,17 @@ class BrokerAdminStub:
     """The consumer offset table sorted by (group, topic, queue id), in pages,
     from a snapshot taken when the call starts. Resume with `start_after`.
     """
+    HandOver: _grpc.UnaryUnaryMultiCallable[_admin_pb2.HandOverRequest, _admin_pb2.HandOverResponse]
+    """Replication (issue 18): hand the broker set's leadership over to an in-sync
+    follower (what a rolling update asks of a leader before restarting it). The
+    leader stops taking writes, waits until the successor holds its log, config
+    and committed offsets, then releases its Lease naming the successor, which
+    leads the next term at its next round: nothing is lost or redelivered.
+    FAILED_PRECONDITION: replication is off (REPLICATION_OFF) or no in-sync
+    follower fits (NO_SUCCESSOR); UNAVAILABLE: this replica does not lead
+    (NOT_LEADER), the successor did not catch up in time (HAND_OVER_TIMEOUT;
+    writes resumed, nothing changed) or the Lease write failed (HAND_OVER_FAILED).
+    """
 
 @_typing.type_check_only
 class BrokerAdminAsyncStub(BrokerAdminStub):
@@ -168,6 +179,17 @@ class BrokerAdminAsyncStub(BrokerAdminStub):
     ScanOffsets: _aio.UnaryStreamMultiCallable[_admin_pb2.ScanOffsetsRequest, _admin_pb2.OffsetTablePage]  # type: ignore[assignment]
     """The consumer offset table sorted by (group, topic, queue id), in pages,
     from a snapshot taken when the call starts. Resume with `start_after`.
+    """
+    HandOver: _aio.UnaryUnaryMultiCallable[_admin_pb2.HandOverRequest, _admin_pb2.HandOverResponse]  # type: ignore[assignment]
+    """Replication (issue 18): hand the broker set's leadership over to an in-sync
+    follower (what a rolling update asks of a leader before restarting it). The
+    leader stops taking writes, waits until the successor holds its log, config
+    and committed offsets, then releases its Lease naming the successor, which
+    leads the next term at its next round: nothing is lost or redelivered.
+    FAILED_PRECONDITION: replication is off (REPLICATION_OFF) or no in-sync
+    follower fits (NO_SUCCESSOR); UNAVAILABLE: this replica does not lead
+    (NOT_LEADER), the successor did not catch up in time (HAND_OVER_TIMEOUT;
+    writes resumed, nothing changed) or the Lease write failed (HAND_OVER_FAILED).
     """
 
 class BrokerAdminServicer(metaclass=_abc_1.ABCMeta):
@@ -320,6 +342,23 @@ class BrokerAdminServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_abc.Iterator[_admin_pb2.OffsetTablePage], _abc.AsyncIterator[_admin_pb2.OffsetTablePage]]:
         """The consumer offset table sorted by (group, topic, queue id), in pages,
         from a snapshot taken when the call starts. Resume with `start_after`.
+        """
+
+    @_abc_1.abstractmethod
+    def HandOver(
+        self,
+        request: _admin_pb2.HandOverRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.HandOverResponse, _abc.Awaitable[_admin_pb2.HandOverResponse]]:
+        """Replication (issue 18): hand the broker set's leadership over to an in-sync
+        follower (what a rolling update asks of a leader before restarting it). The
+        leader stops taking writes, waits until the successor holds its log, config
+        and committed offsets, then releases its Lease naming the successor, which
+        leads the next term at its next round: nothing is lost or redelivered.
+        FAILED_PRECONDITION: replication is off (REPLICATION_OFF) or no in-sync
+        follower fits (NO_SUCCESSOR); UNAVAILABLE: this replica does not lead
+        (NOT_LEADER), the successor did not catch up in time (HAND_OVER_TIMEOUT;
+        writes resumed, nothing changed) or the Lease write failed (HAND_OVER_FAILED).
         """
 
 def add_BrokerAdminServicer_to_server(servicer: BrokerAdminServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
