@@ -70,7 +70,7 @@ async def load(kube: kube_client.Kube, namespace: str, cluster: str) -> ClusterV
         return None
     spec = specs.parse_cluster(body.get("spec") or {})
     token = await kube_client.admin_token(kube, namespace, spec)
-    _, serving = await kube_client.broker_pod_views(kube, namespace, cluster)
+    _, serving, _ = await kube_client.broker_pod_views(kube, namespace, cluster)
     kept = tuple(p for p in serving if p.ordinal < spec.brokers)
     return ClusterView(cluster=cluster, spec=spec, token=token, pods=kept)
 

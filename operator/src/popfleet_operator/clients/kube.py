@@ -33,6 +33,7 @@ from popfleet_operator.model.observations import (
     BrokerPod,
     SetLease,
     broker_pod,
+    replica_pods,
     serving_pods,
     set_lease,
 )
@@ -208,12 +209,14 @@ async def set_leases(kube: Kube, namespace: str, cluster: str) -> list[SetLease]
 
 async def broker_pod_views(
     kube: Kube, namespace: str, cluster: str
-) -> tuple[list[BrokerPod], list[BrokerPod]]:
-    """One list of the cluster's pods, seen twice: the pods of StatefulSet ``NAME`` (what
-    scaling and rollouts read) and the pod serving each broker (``serving_pods``: what
-    admin calls go to; the same pods unless the cluster is replicated)."""
+) -> tuple[list[BrokerPod], list[BrokerPod], dict[int, dict[int, BrokerPod]]]:
+    """One list of the cluster's pods, seen three times: the pods of StatefulSet ``NAME``
+    (what scaling and rollouts read), the pod serving each broker (``serving_pods``: what
+    admin calls go to; the same pods unless the cluster is replicated), and every pod by
+    replica index and ordinal (``replica_pods``: a replicated cluster's rollout)."""
     raw = await kube.items(
         path("v1", "Pod", namespace=namespace), label_selector=names.pod_selector(cluster)
     )
     pods = [p for p in (broker_pod(cluster, r) for r in raw) if p is not None]
-    return sorted(pods, key=lambda p: p.ordinal), serving_pods(cluster, raw)
+    by_replica = replica_pods(cluster, raw)
+    return sorted(pods, key=lambda p: p.ordinal), serving_pods(cluster, raw), by_replica

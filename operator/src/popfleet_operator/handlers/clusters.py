@@ -11,8 +11,8 @@ a broker pod changes (``wakeups.pod_changed`` wakes it):
 5. ``push_members``: the member list (pod IP endpoints) to every reachable broker;
 6. ``plan_rollout``: the StatefulSet's update partition (``planning.rollout``): pods are
    replaced one at a time, each only after the one before came back Ready and re-applied;
-   a replicated cluster's replica StatefulSets roll after it, one replica index at a time
-   (``planning.replicarollout``);
+   a replicated cluster's StatefulSets roll set by set, followers first, then each leader
+   once it has handed over (``plan_replicated_rollout``, ``planning.replicarollout``);
 7. ``apply_children``: server-side apply of every child (owner references set), the
    StatefulSet with this round's partition;
 8. ``report``: status, conditions, Events for transitions (rollout steps included), metrics;
@@ -30,6 +30,7 @@ from typing import Any
 
 import kopf
 
+from popfleet_api import errors as errors_api
 from popfleet_operator import builders, errors
 from popfleet_operator.builders import replication
 from popfleet_operator.clients import fanout
@@ -85,49 +86,90 @@ def plan_rollout(
     )
 
 
-async def plan_replica_rollout(
+async def plan_replicated_rollout(
     rt: runtime.Runtime,
     ref: specs.ObjectRef,
     spec: specs.ClusterSpec,
     *,
+    body: kopf.Body,
     sts: Mapping[str, Any] | None,
     replicas: int,
-    rolling: rollout.RolloutPlan,
-) -> list[int]:
-    """The partitions of a replicated cluster's ``NAME-r1``, ``NAME-r2`` (one replica index
-    rolls at a time: ``planning.replicarollout``); [] without replication."""
-    if not spec.replication.enabled:
-        return []
-    indexes = range(1, spec.replication.replicas)
-    states = [
-        observations.statefulset_state(
-            await rt.kube.get_or_none(
-                kube_client.path(
-                    "apps/v1",
-                    "StatefulSet",
-                    namespace=ref.namespace,
-                    name=names.replica_statefulset(ref.name, r),
-                )
+    by_replica: Mapping[int, Mapping[int, BrokerPod]],
+    leases: list[SetLease],
+    health: Mapping[str, str],
+    token: str | None,
+) -> replicarollout.ReplicaRolloutPlan:
+    """A replicated cluster's partitions, set by set, followers first
+    (``planning.replicarollout``). A leader whose followers are updated is asked to hand
+    over (the admin API's ``HandOver``): the Lease's change wakes the next round, which
+    replaces it as a follower. A leader that cannot hand over (replication off on it, a
+    broker without ``HandOver``, no follower fits) is replaced this round as it is; one
+    that failed for now (its successor not caught up) is asked again next round."""
+    states = [observations.statefulset_state(sts)]
+    for r in range(1, spec.replication.replicas):
+        raw = await rt.kube.get_or_none(
+            kube_client.path(
+                "apps/v1",
+                "StatefulSet",
+                namespace=ref.namespace,
+                name=names.replica_statefulset(ref.name, r),
             )
         )
-        for r in indexes
-    ]
-    first_settled = (
-        not rolling.rolling
-        and not rolling.template_changed
-        and rolling.partition == 0
-        and replicarollout.settled(
-            observations.statefulset_state(sts),
-            built_hash=builders.pod_template_hash(ref, spec),
-            replicas=replicas,
+        states.append(observations.statefulset_state(raw))
+    indexes = [
+        replicarollout.ReplicaIndex(
+            state=state,
+            template_changed=state is not None
+            and state.template_hash != builders.pod_template_hash(ref, spec, r),
+            pods=by_replica.get(r, {}),
         )
+        for r, state in enumerate(states)
+    ]
+    by_set = {lease.broker: lease for lease in leases}
+
+    def planned(no_hand_over: frozenset[str]) -> replicarollout.ReplicaRolloutPlan:
+        return replicarollout.plan(
+            cluster=ref.name, replicas=replicas, indexes=indexes, leases=by_set, health=health,
+            now_s=time.time(), ready_timeout_s=runtime.ROLLOUT_READY_TIMEOUT_S,
+            no_hand_over=no_hand_over,
+        )  # fmt: skip
+
+    plan = planned(frozenset())
+    ask = plan.hand_over
+    if ask is None:
+        return plan
+    pod = next(
+        (
+            p
+            for by_ordinal in by_replica.values()
+            for p in by_ordinal.values()
+            if p.name == ask.leader
+        ),
+        None,
     )
-    return replicarollout.partitions(
-        replicas=replicas,
-        first_settled=first_settled,
-        states=states,
-        built_hashes=[builders.pod_template_hash(ref, spec, r) for r in indexes],
+    admin = rt.pool.for_pods([pod], token).get(ask.leader) if pod is not None else None
+    if admin is None:
+        return plan  # no IP yet, or going: the next round sees it again
+    try:
+        done = await admin.hand_over(ask.successor, timeout_ms=runtime.HAND_OVER_TIMEOUT_MS)
+    except errors_api.AdminError as exc:
+        if exc.retriable:
+            kopf.warn(body, reason=c.HAND_OVER_FAILED,
+                      message=f"{ask.leader} did not hand {ask.broker} over to {ask.successor} "
+                      f"yet: {exc}; asked again next round")  # fmt: skip
+            return plan
+        kopf.warn(body, reason=c.HAND_OVER_FAILED,
+                  message=f"{ask.leader} cannot hand {ask.broker} over: {exc}; it restarts "
+                  "leading (its graceful stop releases the Lease)")  # fmt: skip
+        return planned(frozenset({ask.leader}))
+    kopf.event(
+        body,
+        type="Normal",
+        reason=c.LEADER_HANDED_OVER,
+        message=f"{ask.leader} handed {ask.broker} (term {done.term}) over to {done.successor} "
+        "before its restart: its followers are updated",
     )
+    return plan
 
 
 async def prune_replicas(
@@ -364,7 +406,7 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
         )
     )
     current = int(sts["spec"]["replicas"]) if sts else None
-    pods, serving = await kube_client.broker_pod_views(rt.kube, ref.namespace, ref.name)
+    pods, serving, by_replica = await kube_client.broker_pod_views(rt.kube, ref.namespace, ref.name)
     plan = await plan_replicas(rt, current=current, desired=spec.brokers, pods=serving, token=token)
     members_pods = [p for p in serving if p.ordinal < plan.replicas]
     admins = rt.pool.for_pods(members_pods, token)
@@ -373,17 +415,18 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
     member_errors = await fanout.push_members(
         reachable, membership.desired_members(members_pods, replicas=plan.replicas)
     )
-    rolling = plan_rollout(
-        ref,
-        spec,
-        sts,
-        replicas=plan.replicas,
-        pods=pods,
-        health=rollout.broker_health(infos, member_errors),
-    )
-    replica_partitions = await plan_replica_rollout(
-        rt, ref, spec, sts=sts, replicas=plan.replicas, rolling=rolling
-    )
+    health = rollout.broker_health(infos, member_errors)
+    leases = None
+    replica_partitions: list[int] = []
+    if spec.replication.enabled:
+        leases = await kube_client.set_leases(rt.kube, ref.namespace, ref.name)
+        replicated = await plan_replicated_rollout(
+            rt, ref, spec, body=body, sts=sts, replicas=plan.replicas, by_replica=by_replica,
+            leases=leases, health=health, token=token,
+        )  # fmt: skip
+        rolling, replica_partitions = replicated.rolling, list(replicated.partitions[1:])
+    else:
+        rolling = plan_rollout(ref, spec, sts, replicas=plan.replicas, pods=pods, health=health)
     await apply_children(
         rt,
         ref,
@@ -394,9 +437,6 @@ async def reconcile(body: kopf.Body, patch: kopf.Patch, memo: Any) -> list[c.Con
     )
     known = bool(sts and (sts["metadata"].get("annotations") or {}).get(names.TEMPLATE_HASH))
     await prune_replicas(rt, ref, spec, status=body.get("status") or {})
-    leases = None
-    if spec.replication.enabled:
-        leases = await kube_client.set_leases(rt.kube, ref.namespace, ref.name)
     conditions, entries = report(
         body=body,
         patch=patch,

@@ -39,6 +39,9 @@ ADMIN_TIMEOUT_S = float(os.environ.get("POPFLEET_ADMIN_TIMEOUT_S", "5"))
 # How long an updated broker pod may take to be Ready and re-applied before a rolling update
 # is reported stuck (the store's startup probe alone allows 300 s).
 ROLLOUT_READY_TIMEOUT_S = float(os.environ.get("POPFLEET_ROLLOUT_READY_TIMEOUT_S", "600"))
+# How long a leader asked to hand over (a replicated cluster's rollout) waits for its
+# successor to catch up before it refuses and takes writes again.
+HAND_OVER_TIMEOUT_MS = int(os.environ.get("POPFLEET_HAND_OVER_TIMEOUT_MS", "10000"))
 # How long a Topic or ConsumerGroup round reuses its BrokerCluster's spec, token and pods
 # (``clients.clusterviews``); cluster and pod events invalidate sooner.
 CLUSTER_VIEW_TTL_S = float(os.environ.get("POPFLEET_CLUSTER_VIEW_TTL_S", "2"))

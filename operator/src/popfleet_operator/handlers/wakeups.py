@@ -67,9 +67,15 @@ async def pod_changed(*, namespace: str | None, labels: kopf.Labels, memo: Any, 
     body = await rt.kube.get_or_none(url)
     if body is None or body["metadata"].get("deletionTimestamp"):
         return
-    pods, serving = await kube_client.broker_pod_views(rt.kube, ns, cluster)
-    # A replicated set's new leader (another pod serves the broker) wakes the cluster too.
-    value = cluster_status.pods_fingerprint([*pods, *(p for p in serving if p not in pods)])
+    pods, serving, by_replica = await kube_client.broker_pod_views(rt.kube, ns, cluster)
+    # A replicated set's new leader (another pod serves the broker) wakes the cluster too,
+    # and so does any change of a replica pod (its rollout waits for followers).
+    followers = [
+        p for r, by_ordinal in sorted(by_replica.items()) if r for p in by_ordinal.values()
+    ]
+    value = cluster_status.pods_fingerprint(
+        [*pods, *(p for p in serving if p not in pods), *followers]
+    )
     if (body["metadata"].get("annotations") or {}).get(names.PODS) != value:
         await rt.kube.patch_merge(url, {"metadata": {"annotations": {names.PODS: value}}})
 

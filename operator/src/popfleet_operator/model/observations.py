@@ -199,6 +199,21 @@ def serving_pods(cluster: str, raw_pods: Iterable[Mapping[str, Any]]) -> list[Br
     return [best[i][1] for i in sorted(best)]
 
 
+def replica_pods(
+    cluster: str, raw_pods: Iterable[Mapping[str, Any]]
+) -> dict[int, dict[int, BrokerPod]]:
+    """Replica index -> ordinal -> pod, every broker pod of ``cluster`` under its own name
+    (``NAME-1``, ``NAME-r1-1``): what a replicated cluster's rollout reads."""
+    out: dict[int, dict[int, BrokerPod]] = {}
+    for raw in raw_pods:
+        name = str(raw["metadata"]["name"])
+        where = names.replica_of(cluster, name)
+        if where is not None:
+            replica, ordinal = where
+            out.setdefault(replica, {})[ordinal] = _as_broker_pod(raw, name=name, ordinal=ordinal)
+    return out
+
+
 def _as_broker_pod(pod: Mapping[str, Any], *, name: str, ordinal: int) -> BrokerPod:
     meta = pod["metadata"]
     status = pod.get("status") or {}

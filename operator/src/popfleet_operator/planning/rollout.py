@@ -85,7 +85,7 @@ def confirmed(pod: BrokerPod, update_revision: str, health: Mapping[str, str]) -
     )
 
 
-def _raise_cap(sts: StatefulSetState, pods: Mapping[int, BrokerPod], replicas: int) -> int:
+def raise_cap(sts: StatefulSetState, pods: Mapping[int, BrokerPod], replicas: int) -> int:
     """The highest partition that rolls no pod back (step 6); large when nothing limits it."""
     blockers = [
         ordinal
@@ -97,7 +97,7 @@ def _raise_cap(sts: StatefulSetState, pods: Mapping[int, BrokerPod], replicas: i
     return min(blockers, default=replicas)
 
 
-def _stuck(
+def stuck_reason(
     pod: BrokerPod | None, health: Mapping[str, str], *, now_s: float, ready_timeout_s: float
 ) -> str:
     """Why the updated pod at the rollout's position is stuck (step 7), "" if it is not."""
@@ -169,13 +169,15 @@ def plan(
     if wanted <= sts.partition:  # step 6
         partition = wanted
     else:
-        partition = max(sts.partition, min(wanted, _raise_cap(sts, by_ordinal, replicas)))
+        partition = max(sts.partition, min(wanted, raise_cap(sts, by_ordinal, replicas)))
     passed = tuple(
         names.pod(cluster, ordinal)
         for ordinal in range(min(sts.partition, replicas - 1), partition, -1)
     )
     on_update = at is not None and bool(update) and at.revision == update
-    stuck = _stuck(at, health, now_s=now_s, ready_timeout_s=ready_timeout_s) if on_update else ""
+    stuck = (
+        stuck_reason(at, health, now_s=now_s, ready_timeout_s=ready_timeout_s) if on_update else ""
+    )
     progress = f"{len(done)}/{replicas} brokers updated" + (f" ({', '.join(done)})" if done else "")
     if stuck:
         message = f"rollout stuck: {stuck}; the rollout goes no further"
