@@ -14,7 +14,9 @@ Lease: the testbed has no cluster DNS, so this also proves they need none.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import pytest
@@ -178,3 +180,115 @@ def test_a_replicated_set_elects_serves_and_hands_over_with_every_ack(
         wait(tb, ns, lambda: f"{CLUSTER}-r2-0" not in pods_by_name(tb, ns), "its pod leaving")
     finally:
         tb.delete_namespace(ns)
+
+
+NEW_IMAGE = "ghcr.io/popfleet/broker:0.1.1"  # the testbed maps every broker tag to ours
+
+
+@dataclass(frozen=True)
+class RollSample:
+    """One look at the set during its rollout."""
+
+    uids: dict[str, str]  # pod name -> uid, pods that exist and are not terminating
+    ready: frozenset[str]
+    images: dict[str, str]
+    holder: str | None
+    term: int
+    at_s: float = field(default_factory=time.monotonic)
+
+    @property
+    def away(self) -> list[str]:
+        return sorted(REPLICA_PODS - self.ready)
+
+
+def roll_sample(tb: cluster.Cluster, ns: str) -> RollSample:
+    pods = [p for p in pods_by_name(tb, ns).values() if not p["metadata"].get("deletionTimestamp")]
+    found = lease(tb, ns) or {"metadata": {}, "spec": {}}
+    term = (found["metadata"].get("annotations") or {}).get("popfleet.io/term", "0")
+    return RollSample(
+        uids={p["metadata"]["name"]: p["metadata"]["uid"] for p in pods},
+        ready=frozenset(p["metadata"]["name"] for p in pods if tb.is_ready(p)),
+        images={p["metadata"]["name"]: p["spec"]["containers"][0]["image"] for p in pods},
+        holder=found["spec"].get("holderIdentity"),
+        term=int(term),
+    )
+
+
+def test_a_rolling_update_restarts_followers_first_and_hands_over_once(
+    popfleet_release: cluster.Cluster,
+) -> None:
+    """The image changes on a set of three (SYNC, two in sync): each follower restarts and is
+    back in sync before the next pod goes; then the leader hands over to an updated follower
+    (one new term, no lease time waited) and restarts as a follower. Never two pods away,
+    never the leader restarted while it leads, every acknowledged message kept."""
+    tb = popfleet_release
+    ns = tb.new_namespace("reproll")
+    cr = story.brokers_cr(CLUSTER, 1)
+    cr["spec"]["replication"] = {"replicas": 3, "mode": "SYNC", "minInSyncReplicas": 2}
+    tb.apply(
+        ns, cr, story.topic_cr("orders", CLUSTER), story.group_cr("billing", CLUSTER, "orders")
+    )
+    try:
+        waiting.until(lambda: set(pods_by_name(tb, ns)) == REPLICA_PODS, timeout_s=90,
+                      what="three replica pods of set 0")  # fmt: skip
+        first = wait(tb, ns, lambda: settled(tb, ns), "a settled leader")
+        wait(tb, ns, lambda: in_sync(tb, ns) == REPLICA_PODS, "all three in sync")
+        story.wait_condition(tb, ns, "consumergroups", "billing", "Ready", timeout_s=120)
+        pods = pods_by_name(tb, ns)
+        clientprotocol.send(clientprotocol_leader(pods[first]), topic="orders", count=SENT)
+        before = wait(tb, ns, lambda: ((s := roll_sample(tb, ns)).away == [] and s) or None,
+                      "all three pods Ready")  # fmt: skip
+        story.patch_spec(tb, ns, "brokerclusters", CLUSTER, {"image": NEW_IMAGE})
+        samples: list[RollSample] = []
+
+        def rolled() -> bool:
+            now = roll_sample(tb, ns)
+            samples.append(now)
+            updated = all(now.images.get(name) == NEW_IMAGE for name in REPLICA_PODS)
+            return updated and now.away == [] and in_sync(tb, ns) == REPLICA_PODS
+
+        waiting.until(rolled, timeout_s=240, interval_s=0.1, what="every replica on the new image")
+        seen = "\n".join(
+            f"holder={s.holder} term={s.term} away={s.away} "
+            f"new={sorted(n for n, i in s.images.items() if i == NEW_IMAGE)}"
+            for i, s in enumerate(samples)
+            if i == 0 or (s.holder, s.term, s.away, s.images) != (
+                samples[i - 1].holder, samples[i - 1].term, samples[i - 1].away,
+                samples[i - 1].images,
+            )
+        )  # fmt: skip
+        print(seen)
+        assert max(len(s.away) for s in samples) <= 1, f"two pods away at once:\n{seen}"
+
+        def replaced(name: str) -> int:
+            old = before.uids[name]
+            return next(i for i, s in enumerate(samples) if s.uids.get(name, old) != old)
+
+        order = sorted(REPLICA_PODS, key=replaced)
+        assert order[-1] == first, f"the leader {first} did not restart last: {order}\n{seen}"
+        at = replaced(first)
+        assert samples[at - 1].holder not in (None, first), f"restarted leading:\n{seen}"
+        successor = samples[at - 1].holder
+        last_old = max(i for i, s in enumerate(samples) if s.holder == first)
+        new_lead = next(i for i, s in enumerate(samples) if s.holder == successor)
+        took_s = samples[at].at_s - samples[0].at_s
+        print(f"figures: roll {took_s:.1f}s to the leader's restart; no holder for at most "
+              f"{samples[new_lead].at_s - samples[last_old].at_s:.2f}s")  # fmt: skip
+        assert successor in order[:2]  # an updated follower took over
+        assert samples[-1].term == before.term + 1, f"not one hand-over:\n{seen}"
+        story.wait_event(tb, ns, "LeaderHandedOver", f"{first} handed {SET}")
+        second = wait(tb, ns, lambda: settled(tb, ns), "a settled leader after the roll")
+        assert second == successor
+        endpoint = clientprotocol_leader(pods_by_name(tb, ns)[second])
+        assert clientprotocol.consume(endpoint, group="billing", topic="orders", count=SENT) == (
+            SENT
+        )
+        story.wait_condition(tb, ns, "brokerclusters", CLUSTER, "Ready", timeout_s=60,
+                             also=lambda obj: "rollout" not in obj["status"])  # fmt: skip
+    finally:
+        tb.delete_namespace(ns)
+
+
+def clientprotocol_leader(pod: dict[str, Any]) -> str:
+    """The leader port of ``pod`` (popfront serves the v2 API there while its store leads)."""
+    return f"{cluster.Cluster.pod_ip(pod)}:{names.LEADER_PORT}"
