@@ -210,6 +210,13 @@ def _action(args: argparse.Namespace) -> Action:
             return [Section("members", [_member_row(m) for m in await admin.members()])]
 
         return get_members
+    if command[0] == "hand-over":
+
+        async def hand_over(admin: BrokerAdminApi) -> list[Section]:
+            done = await admin.hand_over(args.successor or "", timeout_ms=args.timeout_ms)
+            return [Section("hand-over", [{"successor": done.successor, "term": done.term}])]
+
+        return hand_over
     raise AssertionError(f"unhandled command {command}")  # pragma: no cover - argparse refuses
 
 
@@ -363,6 +370,13 @@ def build_parser() -> argparse.ArgumentParser:
     mset = members.add_parser("set", help="replace the member list")
     mset.add_argument("members", nargs="*", metavar="NAME=HOST:PORT")
     members.add_parser("get", help="show the member list")
+    hand = commands.add_parser(
+        "hand-over",
+        help="a replicated set's leader hands over to an in-sync follower (writes stop, the "
+        "follower catches up, it leads the next term)",
+    )
+    hand.add_argument("--successor", help="the successor's pod name (default: the furthest along)")
+    hand.add_argument("--timeout-ms", type=int, default=0, help="the catch-up wait (0: 10 s)")
     return parser
 
 

@@ -123,3 +123,17 @@ async def test_a_queue_never_committed_has_no_lag() -> None:
     ]
     offsets = await broker.offsets("billing")
     assert [q.unconsumed_messages for q in offsets.queues] == [6, 5]
+
+
+async def test_hand_over_names_the_successor_and_the_term_or_the_refusal() -> None:
+    broker = InMemoryBrokerAdmin("a:1")
+    args = cli.build_parser().parse_args(
+        ["--broker", "a:1", "hand-over", "--successor", "rep-r1-0"]
+    )
+    [refused] = await cli.run(["a:1"], cli._action(args), client_factory=lambda _: broker)
+    assert isinstance(refused.error, errors.FailedPrecondition)
+    assert refused.error.reason == "REPLICATION_OFF"
+    broker.followers = ("rep-r1-0", "rep-r2-0")
+    [result] = await cli.run(["a:1"], cli._action(args), client_factory=lambda _: broker)
+    assert result.sections == [Section("hand-over", [{"successor": "rep-r1-0", "term": 1}])]
+    assert broker.hand_overs == ["rep-r1-0"]
