@@ -54,8 +54,6 @@ class StatefulSetState:
     current_revision: str
     update_revision: str
     template_hash: str
-    updated_replicas: int = 0
-    ready_replicas: int = 0
 
     @property
     def status_current(self) -> bool:
@@ -244,6 +242,4 @@ def statefulset_state(sts: Mapping[str, Any] | None) -> StatefulSetState | None:
         current_revision=str(status.get("currentRevision") or ""),
         update_revision=str(status.get("updateRevision") or ""),
         template_hash=str((meta.get("annotations") or {}).get(names.TEMPLATE_HASH, "")),
-        updated_replicas=int(status.get("updatedReplicas") or 0),
-        ready_replicas=int(status.get("readyReplicas") or 0),
     )
