@@ -1,0 +1,71 @@
+"""The node-loss kind steps' own logic (``make e2e-nodes``): which nodes are workers, the
+set's spread over them, the figures line, and the scenario's wiring."""
+
+from __future__ import annotations
+
+from popfleet_e2e import nodeloss, replicated, scenario
+
+
+def _node(name: str, *labels: str) -> dict[str, object]:
+    return {"metadata": {"name": name, "labels": {label: "" for label in labels}}}
+
+
+def test_workers_are_the_nodes_without_the_control_plane_role() -> None:
+    nodes = [
+        _node("c-worker2", "kubernetes.io/os"),
+        _node("c-control-plane", nodeloss.CONTROL_PLANE_ROLE),
+        _node("c-worker"),
+        {"metadata": {"name": "c-worker3"}},  # no labels at all
+    ]
+    assert nodeloss.workers(nodes) == ["c-worker", "c-worker2", "c-worker3"]
+
+
+def test_three_replicas_on_three_workers_is_a_spread() -> None:
+    placed = {"rep-0": "w1", "rep-r1-0": "w3", "rep-r2-0": "w2"}
+    assert nodeloss.spread_problem(placed, ["w1", "w2", "w3"]) is None
+
+
+def test_two_replicas_on_one_node_is_reported() -> None:
+    placed = {"rep-0": "w1", "rep-r1-0": "w1", "rep-r2-0": "w2"}
+    assert nodeloss.spread_problem(placed, ["w1", "w2", "w3"]) == (
+        "a node holds two replicas of the set: {'w1': ['rep-0', 'rep-r1-0']}"
+    )
+
+
+def test_unscheduled_pods_and_pods_off_the_workers_are_reported() -> None:
+    workers = ["w1", "w2", "w3"]
+    assert nodeloss.spread_problem({"rep-0": None, "rep-r1-0": "w1"}, workers) == (
+        "not scheduled yet: ['rep-0']"
+    )
+    assert nodeloss.spread_problem({"rep-0": "cp", "rep-r1-0": "w1"}, workers) == (
+        "not on a worker (['w1', 'w2', 'w3']): {'rep-0': 'cp'}"
+    )
+
+
+def test_the_figures_line_names_every_loss() -> None:
+    loss = nodeloss.Loss(
+        node="c-worker2", old_leader="rep-0", new_leader="rep-r1-0", agreed_s=9.04,
+        resumed_s=11.0, longest_pause_s=8.25, drained_s=20.0, node_ready_s=31.5,
+        in_sync_s=48.0, acked=812, lost=0, terms="1: rep-0, 2: rep-r1-0",
+    )  # fmt: skip
+    line = nodeloss.figures_line({"rep-r1-0": "c-worker", "rep-0": "c-worker2"}, [loss], 300.4)
+    assert line == (
+        "figures: spread rep-0@c-worker2,rep-r1-0@c-worker; "
+        "loss1 node=c-worker2 leader=rep-0->rep-r1-0 agreed_after=9.0s resumed_after=11.0s "
+        "longest_without_ack=8.2s acked=812 lost=0 node_ready_after_start=31.5s "
+        "in_sync_after_start=48.0s terms=[1: rep-0, 2: rep-r1-0]; steps_total=300s"
+    )
+
+
+def test_the_nodes_scenario_loses_two_nodes_and_cleans_up() -> None:
+    chosen = scenario.SCENARIOS["nodes"]
+    runs = [step.run for step in chosen]
+    assert chosen[0] == scenario.SETUP[0]  # the chart first
+    assert runs.count(nodeloss.leaders_node_lost_under_traffic) == 2
+    assert runs.index(nodeloss.spread_over_workers) < runs.index(
+        nodeloss.leaders_node_lost_under_traffic
+    )
+    assert runs.index(nodeloss.figures) > len(runs) - 4  # figures, then logs and uninstall
+    assert chosen[-1] == scenario.KIND[-1]  # helm uninstall leaves nothing behind
+    assert scenario.MONITORING_INSTALLED not in chosen  # no Prometheus on this cluster
+    assert replicated.REPLICAS == 3  # one replica per worker of the 1 + 3 cluster
