@@ -253,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 image=f"{image['repository']}:{image['tag']}",
                 pull_policy=image.get("pullPolicy", "Never"),
                 allow_cidr=subnet,
+                node=args.node if args.node_power else None,
             )
         )
         print(f"e2e-kind: gRPC to pods through {proxy} (proxy pod in the cluster)", flush=True)

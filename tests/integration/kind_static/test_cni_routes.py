@@ -92,7 +92,9 @@ def test_the_daemonset_may_change_the_nodes_routes_and_keeps_pod_addresses() -> 
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/etc/cni/net.d", "/run/xtables.lock"} <= mounts
     (rule,) = [d for d in docs if d and d["kind"] == "ClusterRole"]
-    assert rule["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}]
+    assert rule["rules"] == [
+        {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "watch"]}
+    ]
     script = CNI.read_text()
     assert '"ptp", ipMasq: false' in script
     assert '! -d "${POD_SUBNET:?POD_SUBNET must be set}"' in script
