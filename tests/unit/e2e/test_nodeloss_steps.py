@@ -3,7 +3,13 @@ set's spread over them, the figures line, and the scenario's wiring."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from popfleet_e2e import nodeloss, replicated, scenario
+
+STARTED = datetime(2026, 12, 7, 11, 0, 0, tzinfo=UTC)
+READY = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+NOT_READY = {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
 
 
 def _node(name: str, *labels: str) -> dict[str, object]:
@@ -46,14 +52,16 @@ def test_the_figures_line_names_every_loss() -> None:
     loss = nodeloss.Loss(
         node="c-worker2", old_leader="rep-0", new_leader="rep-r1-0", agreed_s=9.04,
         resumed_s=11.0, longest_pause_s=8.25, drained_s=20.0, node_ready_s=31.5,
-        in_sync_s=48.0, acked=812, lost=0, terms="1: rep-0, 2: rep-r1-0",
+        in_sync_s=48.0, in_sync_while_lost="rep-r1-0,rep-r2-0", acked=812, lost=0,
+        terms="1: rep-0, 2: rep-r1-0",
     )  # fmt: skip
     line = nodeloss.figures_line({"rep-r1-0": "c-worker", "rep-0": "c-worker2"}, [loss], 300.4)
     assert line == (
         "figures: spread rep-0@c-worker2,rep-r1-0@c-worker; "
         "loss1 node=c-worker2 leader=rep-0->rep-r1-0 agreed_after=9.0s resumed_after=11.0s "
         "longest_without_ack=8.2s acked=812 lost=0 node_ready_after_start=31.5s "
-        "in_sync_after_start=48.0s terms=[1: rep-0, 2: rep-r1-0]; steps_total=300s"
+        "in_sync_after_start=48.0s in_sync_while_lost=rep-r1-0,rep-r2-0 "
+        "terms=[1: rep-0, 2: rep-r1-0]; steps_total=300s"
     )
 
 
@@ -69,3 +77,25 @@ def test_the_nodes_scenario_loses_two_nodes_and_cleans_up() -> None:
     assert chosen[-1] == scenario.KIND[-1]  # helm uninstall leaves nothing behind
     assert scenario.MONITORING_INSTALLED not in chosen  # no Prometheus on this cluster
     assert replicated.REPLICAS == 3  # one replica per worker of the 1 + 3 cluster
+
+
+def test_a_node_is_back_once_its_kubelet_renewed_its_lease_after_the_start() -> None:
+    before = {"spec": {"renewTime": "2026-12-07T10:59:58.123456Z"}}
+    after = {"spec": {"renewTime": "2026-12-07T11:00:03.000001Z"}}
+    # still Ready from before the kill (the node controller's grace period): not back
+    assert not nodeloss.node_back(READY, before, started_at=STARTED)
+    assert not nodeloss.node_back(NOT_READY, after, started_at=STARTED)
+    assert not nodeloss.node_back(READY, {"spec": {}}, started_at=STARTED)
+    assert nodeloss.node_back(READY, after, started_at=STARTED)
+
+
+def test_a_replica_is_back_once_its_containers_started_anew_and_it_is_ready() -> None:
+    def pod(restarts: list[int], ready: bool) -> dict[str, object]:
+        status = (READY if ready else NOT_READY)["status"]
+        statuses = [{"name": f"c{i}", "restartCount": n} for i, n in enumerate(restarts)]
+        return {"status": {**status, "containerStatuses": statuses}}
+
+    assert not nodeloss.replica_back(pod([0, 0, 0], True), restarts_before=0)  # stale Ready
+    assert not nodeloss.replica_back(pod([1, 1, 0], False), restarts_before=0)
+    assert nodeloss.replica_back(pod([1, 1, 1], True), restarts_before=0)
+    assert not nodeloss.replica_back(None, restarts_before=0)

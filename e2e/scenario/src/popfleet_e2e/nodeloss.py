@@ -29,6 +29,7 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from popfleet_e2e import brokers, disruptions, replicated, steps, waits
 from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
@@ -53,6 +54,7 @@ class Loss:
     drained_s: float
     node_ready_s: float  # from the ``docker start``
     in_sync_s: float  # from the ``docker start``
+    in_sync_while_lost: str  # the Lease's in-sync set once the new leader was agreed
     acked: int
     lost: int
     terms: str
@@ -113,7 +115,8 @@ def figures_line(spread: Mapping[str, str], losses: Iterable[Loss], total_s: flo
             f"agreed_after={loss.agreed_s:.1f}s resumed_after={loss.resumed_s:.1f}s "
             f"longest_without_ack={loss.longest_pause_s:.1f}s acked={loss.acked} "
             f"lost={loss.lost} node_ready_after_start={loss.node_ready_s:.1f}s "
-            f"in_sync_after_start={loss.in_sync_s:.1f}s terms=[{loss.terms}]"
+            f"in_sync_after_start={loss.in_sync_s:.1f}s "
+            f"in_sync_while_lost={loss.in_sync_while_lost} terms=[{loss.terms}]"
         )
     parts.append(f"steps_total={total_s:.0f}s")
     return "figures: " + "; ".join(parts)
@@ -124,15 +127,33 @@ def _placement(access: ClusterAccess) -> dict[str, str | None]:
     return {name: (pod.get("spec") or {}).get("nodeName") for name, pod in pods.items()}
 
 
-def _node_ready(access: ClusterAccess, node: str) -> bool:
-    conditions = (access.get("node", node).get("status") or {}).get("conditions") or []
+def _ready(obj: Obj | None) -> bool:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def _pod_ready(access: ClusterAccess, pod: str) -> bool:
-    found = access.get_or_none("pod", pod)
-    conditions = ((found or {}).get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+def _restarts(pod: Obj | None) -> int:
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return sum(int(s.get("restartCount") or 0) for s in statuses)
+
+
+def node_back(node: Obj, lease: Obj, *, started_at: datetime) -> bool:
+    """The node's kubelet runs again: its node Lease renewed after ``started_at`` (the
+    ``docker start``) and the node Ready. Ready alone proves nothing: the node controller
+    marks a silent node NotReady only after its grace period (40-50 s), which a quick
+    restart may beat."""
+    renewed = (lease.get("spec") or {}).get("renewTime")
+    if not renewed:
+        return False
+    when = datetime.fromisoformat(str(renewed).replace("Z", "+00:00"))
+    return when > started_at and _ready(node)
+
+
+def replica_back(pod: Obj | None, *, restarts_before: int) -> bool:
+    """The lost node's replica runs again: its containers started anew on the restarted
+    node (their restart count went up) and the pod is Ready. Its Ready condition alone
+    may be the stale one from before the loss."""
+    return _restarts(pod) > restarts_before and _ready(pod)
 
 
 def spread_over_workers(story: Story) -> str:
@@ -158,6 +179,13 @@ def _stranger(image: str, hosts: list[str], client_port: str, node: str) -> Obj:
     return pod
 
 
+def _finished(access: ClusterAccess, name: str) -> str:
+    return waits.until(
+        lambda: disruptions._finished(access.get("pod", name)),
+        timeout_s=180, what=f"the {name} pod to finish",
+    )  # fmt: skip
+
+
 def policy_on_every_node(story: Story) -> str:
     """From a stranger pod on each worker, every replica's client port answers and no admin
     port does: pods reach pods on other nodes (the CNI stand-in's routes) with their own
@@ -176,10 +204,7 @@ def policy_on_every_node(story: Story) -> str:
             manifest = json.dumps(_stranger(image, hosts, client_port, node))
             access.kubectl("apply", "-n", access.namespace, "-f", "-", stdin=manifest)
         for node, name in zip(nodes, names, strict=True):
-            phase = waits.until(
-                lambda name=name: disruptions._finished(access.get("pod", name)),
-                timeout_s=180, what=f"the {name} pod to finish",
-            )  # fmt: skip
+            phase = _finished(access, name)
             out = access.kubectl("logs", name, "-n", access.namespace).strip().splitlines()
             if phase != "Succeeded" or not out:
                 raise ScenarioError(f"{name} ended {phase}: {out}")
@@ -243,6 +268,7 @@ def _lose_leaders_node(story: Story) -> str:
             raise ScenarioError(f"the leader {first} runs on no node")
         lost_node: str = node
         before = len(tally.acked)
+        restarts_before = _restarts(access.get_or_none("pod", first))
         story.logbook.collect_brokers(access, sorted(replicated._pods(access)))
         killed = time.monotonic()
         power("kill", node)
@@ -258,6 +284,8 @@ def _lose_leaders_node(story: Story) -> str:
             )),
         )  # fmt: skip
         second = agreed[0]
+        while_lost = ",".join(sorted(replicated._in_sync(access)))
+        say(f"in sync while {node} is away: {while_lost}")
         resumed_s = _timed(
             f"{replicated.AFTER_FAILOVER} acknowledged sends", killed,
             lambda: waits.until(
@@ -270,21 +298,27 @@ def _lose_leaders_node(story: Story) -> str:
             "every acknowledged send consumed", killed,
             lambda: steps.drained(traffic, timeout_s=240),
         )  # fmt: skip
-        started = time.monotonic()
+        started, started_at = time.monotonic(), datetime.now(UTC)
         power("start", node)
         up = True
         say(f"docker start {node}")
         ready_s = _timed(
             f"{node} Ready", started,
             lambda: waits.until(
-                lambda: _node_ready(access, node), timeout_s=240, what=f"{node} Ready"
+                lambda: node_back(
+                    access.get("node", node),
+                    access.get("lease", node, namespace="kube-node-lease"),
+                    started_at=started_at,
+                ),
+                timeout_s=240, what=f"{node}'s kubelet back (Lease renewed) and Ready",
             ),
         )  # fmt: skip
         in_sync_s = _timed(
             f"{first} back, Ready and all three in sync", started,
             lambda: waits.until(
-                lambda: replicated._in_sync(access) == replicated.PODS
-                and _pod_ready(access, first),
+                lambda: replica_back(access.get_or_none("pod", first),
+                                     restarts_before=restarts_before)
+                and replicated._in_sync(access) == replicated.PODS,
                 timeout_s=300, what="all three replicas back and in sync",
                 seen=lambda: replicated.describe(access),
             ),
@@ -301,14 +335,16 @@ def _lose_leaders_node(story: Story) -> str:
     loss = Loss(
         node=lost_node, old_leader=first, new_leader=second, agreed_s=agreed_s, resumed_s=resumed_s,
         longest_pause_s=pause[0] if pause else 0.0, drained_s=drained_s, node_ready_s=ready_s,
-        in_sync_s=in_sync_s, acked=len(tally.acked), lost=lost, terms=history.terms(),
+        in_sync_s=in_sync_s, in_sync_while_lost=while_lost, acked=len(tally.acked), lost=lost,
+        terms=history.terms(),
     )  # fmt: skip
     _figures(story).losses.append(loss)
     return (
         f"{lost_node} killed with the leader {first}; {second} leads on "
         f"{_placement(access)[second]} "
-        f"(agreed by {agreed_s:.1f}s); {loss.longest_pause_s:.1f}s without an acknowledged "
-        f"send; all {loss.acked} acknowledged consumed ({tally.describe()}); {lost_node} back, "
+        f"(agreed by {agreed_s:.1f}s; in sync then {while_lost}); "
+        f"{loss.longest_pause_s:.1f}s without an acknowledged send; "
+        f"all {loss.acked} acknowledged consumed ({tally.describe()}); {lost_node} back, "
         f"all three in sync {in_sync_s:.1f}s after the start; Lease terms {loss.terms}"
     )
 
