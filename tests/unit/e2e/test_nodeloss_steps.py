@@ -52,7 +52,7 @@ def test_the_figures_line_names_every_loss() -> None:
     loss = nodeloss.Loss(
         node="c-worker2", old_leader="rep-0", new_leader="rep-r1-0", agreed_s=9.04,
         resumed_s=11.0, longest_pause_s=8.25, drained_s=20.0, node_ready_s=31.5,
-        in_sync_s=48.0, in_sync_while_lost="rep-r1-0,rep-r2-0", acked=812, lost=0,
+        in_sync_s=48.0, left_in_sync_s=16.5, rejoined_in_sync_s=None, acked=812, lost=0,
         terms="1: rep-0, 2: rep-r1-0",
     )  # fmt: skip
     line = nodeloss.figures_line({"rep-r1-0": "c-worker", "rep-0": "c-worker2"}, [loss], 300.4)
@@ -60,7 +60,7 @@ def test_the_figures_line_names_every_loss() -> None:
         "figures: spread rep-0@c-worker2,rep-r1-0@c-worker; "
         "loss1 node=c-worker2 leader=rep-0->rep-r1-0 agreed_after=9.0s resumed_after=11.0s "
         "longest_without_ack=8.2s acked=812 lost=0 node_ready_after_start=31.5s "
-        "in_sync_after_start=48.0s in_sync_while_lost=rep-r1-0,rep-r2-0 "
+        "in_sync_after_start=48.0s left_in_sync_after=16.5s rejoined_in_sync_after_start=never "
         "terms=[1: rep-0, 2: rep-r1-0]; steps_total=300s"
     )
 
@@ -99,3 +99,15 @@ def test_a_replica_is_back_once_its_containers_started_anew_and_it_is_ready() ->
     assert not nodeloss.replica_back(pod([1, 1, 0], False), restarts_before=0)
     assert nodeloss.replica_back(pod([1, 1, 1], True), restarts_before=0)
     assert not nodeloss.replica_back(None, restarts_before=0)
+
+
+def test_when_the_lost_replica_left_the_in_sync_set_and_came_back() -> None:
+    everyone = frozenset(replicated.PODS)
+    two = everyone - {"rep-0"}
+    seen = [(9.0, two), (10.0, everyone), (20.0, everyone), (26.5, two), (40.0, two),
+            (45.0, two), (51.0, everyone)]  # fmt: skip
+    # lost at 10, started again at 41: out 16.5 s after the loss, back 10 s after the start
+    assert nodeloss.left_and_rejoined(seen, "rep-0", lost=10.0, back=41.0) == (16.5, 10.0)
+    # never out (a restart inside the lag period), or out and not back yet
+    assert nodeloss.left_and_rejoined(seen[:3], "rep-0", lost=10.0, back=15.0) == (None, None)
+    assert nodeloss.left_and_rejoined(seen[:6], "rep-0", lost=10.0, back=41.0) == (16.5, None)

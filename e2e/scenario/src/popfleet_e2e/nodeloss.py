@@ -54,7 +54,10 @@ class Loss:
     drained_s: float
     node_ready_s: float  # from the ``docker start``
     in_sync_s: float  # from the ``docker start``
-    in_sync_while_lost: str  # the Lease's in-sync set once the new leader was agreed
+    # the lost replica out of the Lease's in-sync set, after the kill; back in it, after the
+    # start (None: never out, or not seen back)
+    left_in_sync_s: float | None
+    rejoined_in_sync_s: float | None
     acked: int
     lost: int
     terms: str
@@ -106,6 +109,10 @@ def spread_problem(placed: Mapping[str, str | None], worker_nodes: Iterable[str]
     return None
 
 
+def _s(seconds: float | None) -> str:
+    return "never" if seconds is None else f"{seconds:.1f}s"
+
+
 def figures_line(spread: Mapping[str, str], losses: Iterable[Loss], total_s: float) -> str:
     """The one ``figures:`` line of the run: spread, then per loss what it measured."""
     parts = [f"spread {','.join(f'{p}@{n}' for p, n in sorted(spread.items()))}"]
@@ -116,10 +123,49 @@ def figures_line(spread: Mapping[str, str], losses: Iterable[Loss], total_s: flo
             f"longest_without_ack={loss.longest_pause_s:.1f}s acked={loss.acked} "
             f"lost={loss.lost} node_ready_after_start={loss.node_ready_s:.1f}s "
             f"in_sync_after_start={loss.in_sync_s:.1f}s "
-            f"in_sync_while_lost={loss.in_sync_while_lost} terms=[{loss.terms}]"
+            f"left_in_sync_after={_s(loss.left_in_sync_s)} "
+            f"rejoined_in_sync_after_start={_s(loss.rejoined_in_sync_s)} terms=[{loss.terms}]"
         )
     parts.append(f"steps_total={total_s:.0f}s")
     return "figures: " + "; ".join(parts)
+
+
+class InSyncHistory(replicated.LeaseHistory):
+    """The Lease watch of the replicated scenario (one holder per term), which also keeps
+    when each write's in-sync set was seen: when the lost replica left it and came back."""
+
+    TEMPLATE = (
+        "jsonpath={.metadata.annotations.popfleet\\.io/term} {.spec.holderIdentity} "
+        '{.metadata.annotations.popfleet\\.io/in-sync}{"\\n"}'
+    )
+
+    def __init__(self, access: ClusterAccess) -> None:
+        self.in_sync: list[tuple[float, frozenset[str]]] = []  # (time.monotonic(), members)
+        super().__init__(access)
+
+    def _read(self) -> None:
+        assert self._watch.stdout is not None
+        for line in self._watch.stdout:
+            term, holder, members = ([*line.split(), "", "", ""])[:3]
+            if term.isdigit():
+                self.seen.append((int(term), holder or None))
+                members_ = frozenset(m for m in members.split(",") if m)
+                self.in_sync.append((time.monotonic(), members_))
+
+
+def left_and_rejoined(
+    seen: Iterable[tuple[float, frozenset[str]]], member: str, *, lost: float, back: float
+) -> tuple[float | None, float | None]:
+    """From the Lease's in-sync sets over time: how long after ``lost`` ``member`` was first
+    out of the set, and how long after ``back`` it was first in it again once out (None:
+    never out / not back)."""
+    left = rejoined = None
+    for when, members in seen:
+        if when >= lost and left is None and member not in members:
+            left = when - lost
+        elif left is not None and when >= back and rejoined is None and member in members:
+            rejoined = when - back
+    return left, rejoined
 
 
 def _placement(access: ClusterAccess) -> dict[str, str | None]:
@@ -250,7 +296,7 @@ def _lose_leaders_node(story: Story) -> str:
     )  # fmt: skip
     traffic.start()
     tally = traffic.tally
-    history = replicated.LeaseHistory(access)
+    history = InSyncHistory(access)
     node: str | None = None
     up = True
     try:
@@ -284,8 +330,6 @@ def _lose_leaders_node(story: Story) -> str:
             )),
         )  # fmt: skip
         second = agreed[0]
-        while_lost = ",".join(sorted(replicated._in_sync(access)))
-        say(f"in sync while {node} is away: {while_lost}")
         resumed_s = _timed(
             f"{replicated.AFTER_FAILOVER} acknowledged sends", killed,
             lambda: waits.until(
@@ -331,18 +375,21 @@ def _lose_leaders_node(story: Story) -> str:
     if problems := history.problems():
         raise ScenarioError(f"the Lease's history breaks one holder per term: {problems}")
     pause = tally.longest_pause(killed)
+    left, rejoined = left_and_rejoined(history.in_sync, first, lost=killed, back=started)
     lost = len(tally.missing())
     loss = Loss(
         node=lost_node, old_leader=first, new_leader=second, agreed_s=agreed_s, resumed_s=resumed_s,
         longest_pause_s=pause[0] if pause else 0.0, drained_s=drained_s, node_ready_s=ready_s,
-        in_sync_s=in_sync_s, in_sync_while_lost=while_lost, acked=len(tally.acked), lost=lost,
+        in_sync_s=in_sync_s, left_in_sync_s=left, rejoined_in_sync_s=rejoined,
+        acked=len(tally.acked), lost=lost,
         terms=history.terms(),
     )  # fmt: skip
     _figures(story).losses.append(loss)
     return (
         f"{lost_node} killed with the leader {first}; {second} leads on "
         f"{_placement(access)[second]} "
-        f"(agreed by {agreed_s:.1f}s; in sync then {while_lost}); "
+        f"(agreed by {agreed_s:.1f}s); {first} out of the in-sync set after {_s(left)}, "
+        f"back in it {_s(rejoined)} after the start; "
         f"{loss.longest_pause_s:.1f}s without an acknowledged send; "
         f"all {loss.acked} acknowledged consumed ({tally.describe()}); {lost_node} back, "
         f"all three in sync {in_sync_s:.1f}s after the start; Lease terms {loss.terms}"
