@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from popfleet_e2e import brokers, disruptions, replicated, steps, waits
+from popfleet_e2e import brokers, disruptions, logs, replicated, steps, waits
 from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
 from popfleet_e2e.steps import Story
 from popfleet_e2e.traffic import Traffic
@@ -215,7 +215,14 @@ def spread_over_workers(story: Story) -> str:
     if problem := spread_problem(placed, nodes):
         raise ScenarioError(f"the set's replicas are not spread over the workers: {problem}")
     figures.spread = {p: str(n) for p, n in placed.items()}
-    return f"{created}; {', '.join(f'{p} on {n}' for p, n in sorted(placed.items()))}"
+    operators = access.items(
+        "pods", namespace=access.release_namespace, selector=logs.OPERATOR_SELECTOR
+    )
+    where = sorted(str((o.get("spec") or {}).get("nodeName")) for o in operators)
+    return (
+        f"{created}; {', '.join(f'{p} on {n}' for p, n in sorted(placed.items()))}; "
+        f"the operator on {', '.join(where) or 'no node'}"
+    )
 
 
 def _stranger(image: str, hosts: list[str], client_port: str, node: str) -> Obj:
