@@ -111,3 +111,36 @@ def test_when_the_lost_replica_left_the_in_sync_set_and_came_back() -> None:
     # never out (a restart inside the lag period), or out and not back yet
     assert nodeloss.left_and_rejoined(seen[:3], "rep-0", lost=10.0, back=15.0) == (None, None)
     assert nodeloss.left_and_rejoined(seen[:6], "rep-0", lost=10.0, back=41.0) == (16.5, None)
+
+
+RETRIED = (
+    "2026-12-07 11:32:44,523 ERROR kopf._core.reactor.observation: Request attempt #1/9 "
+    "failed; will retry: GET https://kubernetes.default.svc/apis -> ClientConnectorDNSError("
+    "ConnectionKey(host='kubernetes.default.svc', port=443), gaierror(-2, 'Name or service "
+    "not known'))"
+)
+
+
+def test_only_the_operators_retried_requests_are_allowed_after_a_node_restart() -> None:
+    gave_up = RETRIED.replace("#1/9", "#9/9").replace("will retry", "giving up")
+    other = "2026-12-07 11:32:45,000 ERROR kopf.objects: Handler 'reconcile' failed"
+    problems = {
+        "popfleet-system/popfleet-abc/operator@u1": [RETRIED, RETRIED, gave_up, other],
+        "popfleet-e2e/rep-0/store@u2": [RETRIED],  # not the operator: kept
+    }
+    left, allowed = nodeloss.allowed_after_restarts(problems, operator_namespace="popfleet-system")
+    assert allowed == 2
+    assert left == {
+        "popfleet-system/popfleet-abc/operator@u1": [gave_up, other],
+        "popfleet-e2e/rep-0/store@u2": [RETRIED],
+    }
+    clean, allowed = nodeloss.allowed_after_restarts(
+        {"popfleet-system/p/operator@u": [RETRIED]}, operator_namespace="popfleet-system"
+    )
+    assert (clean, allowed) == ({}, 1)
+
+
+def test_the_nodes_scenario_checks_logs_with_the_restart_allowance() -> None:
+    runs = [step.run for step in scenario.SCENARIOS["nodes"]]
+    assert nodeloss.logs_clean in runs
+    assert runs.index(nodeloss.logs_clean) > runs.index(nodeloss.figures)

@@ -275,7 +275,11 @@ KIND_NODES: tuple[Step, ...] = (
     ),
     *NODE_LOSS,
     Step("figures; the replicated cluster deleted", nodeloss.figures),
-    *_FROM_NO_LOSS[-2:],
+    Step(
+        "operator and broker logs: no unexpected errors (restarted nodes' retries aside)",
+        nodeloss.logs_clean,
+    ),
+    _FROM_NO_LOSS[-1],
 )
 SCENARIOS = {
     "kind": KIND,
