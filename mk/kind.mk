@@ -31,7 +31,7 @@ e2e-keda: $(STAMP) testbed-bin kind-bin front prometheus-bin prometheus-operator
 	  KEDA_VERSION=$(KEDA_VERSION) \
 	  POPFLEET_E2E_SCENARIO=keda e2e/kind/run.sh $(E2E_KIND_ARGS)
 
-# Not in make test: ~N min on 2 cores (docs/design/2026-12-07-node-loss-on-kind.md).
+# Not in make test: ~4 min on 2 cores, a second cluster of four nodes (docs/design/2026-12-07-node-loss-on-kind.md).
 E2E_NODES_CLUSTER ?= popfleet-nodes
 E2E_NODES_WORKERS ?= 3
 

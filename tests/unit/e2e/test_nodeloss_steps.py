@@ -4,6 +4,7 @@ set's spread over them, the figures line, and the scenario's wiring."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from popfleet_e2e import nodeloss, replicated, scenario
 
@@ -12,12 +13,12 @@ READY = {"status": {"conditions": [{"type": "Ready", "status": "True"}]}}
 NOT_READY = {"status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}}
 
 
-def _node(name: str, *labels: str) -> dict[str, object]:
+def _node(name: str, *labels: str) -> dict[str, Any]:
     return {"metadata": {"name": name, "labels": {label: "" for label in labels}}}
 
 
 def test_workers_are_the_nodes_without_the_control_plane_role() -> None:
-    nodes = [
+    nodes: list[dict[str, Any]] = [
         _node("c-worker2", "kubernetes.io/os"),
         _node("c-control-plane", nodeloss.CONTROL_PLANE_ROLE),
         _node("c-worker"),
