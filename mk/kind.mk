@@ -7,7 +7,7 @@ KIND_VERSION := v0.29.0
 KIND_BIN     := $(HOME)/.cache/popfleet/kind-$(KIND_VERSION)/kind
 TEST_PREREQS += shellcheck kind-bin  # kind itself validates e2e/kind/kind-config.yaml in make test
 
-.PHONY: shellcheck kind-bin e2e-kind e2e-keda bench-kind crd-reference drift-crd-reference
+.PHONY: shellcheck kind-bin e2e-kind e2e-keda e2e-nodes bench-kind crd-reference drift-crd-reference
 
 shellcheck: ## shellcheck from Debian (make test lints every shell script with it)
 	@command -v shellcheck >/dev/null || \
@@ -30,6 +30,15 @@ e2e-keda: $(STAMP) testbed-bin kind-bin front prometheus-bin prometheus-operator
 	  PROMETHEUS_DIR=$(PROMETHEUS_DIR) PROM_OPERATOR_BIN=$(PROM_OPERATOR_BIN) KEDA_BIN=$(KEDA_BIN) \
 	  KEDA_VERSION=$(KEDA_VERSION) \
 	  POPFLEET_E2E_SCENARIO=keda e2e/kind/run.sh $(E2E_KIND_ARGS)
+
+# Not in make test: ~4 min on 2 cores, a second cluster of four nodes (docs/design/2026-12-07-node-loss-on-kind.md).
+E2E_NODES_CLUSTER ?= popfleet-nodes
+E2E_NODES_WORKERS ?= 3
+
+e2e-nodes: $(STAMP) testbed-bin kind-bin front ## a replicated set losing whole worker nodes (docker kill) on a 1 + 3 node kind cluster (issue 18)
+	KIND=$(KIND_BIN) BIN_DIR="$$($(VENV)/bin/popfleet-testbed bin)" PY=$(abspath $(PY)) \
+	  KIND_CLUSTER=$(E2E_NODES_CLUSTER) KIND_WORKERS=$(E2E_NODES_WORKERS) \
+	  POPFLEET_E2E_SCENARIO=nodes e2e/kind/run.sh $(E2E_KIND_ARGS)
 
 BENCH_KIND_SIZES ?= 100,500,1000
 

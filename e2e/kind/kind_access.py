@@ -183,16 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node", required=True, help="the kind node's container (docker exec)")
     parser.add_argument("--next-broker-image", required=True, help="loaded, for the upgrade step")
     parser.add_argument(
-        "--spark-operator", type=Path, required=True,
+        "--spark-operator", type=Path,
         help="sparkoperator/build.sh's directory (crds.yaml); its image is loaded",
     )  # fmt: skip
     parser.add_argument(
-        "--monitoring-bundle", type=Path, required=True,
+        "--monitoring-bundle", type=Path,
         help="prometheus-operator's bundle.yaml (its images are loaded)",
     )  # fmt: skip
+    parser.add_argument("--prometheus-image", help="loaded; its tag is the version (v3.16.0)")
     parser.add_argument(
-        "--prometheus-image", required=True, help="loaded; its tag is the version (v3.16.0)"
-    )
+        "--node-power", action="store_true",
+        help="let the scenario docker kill/start this cluster's node containers (make e2e-nodes)",
+    )  # fmt: skip
     parser.add_argument("--keda-config", type=Path, help="KEDA's config/ (make keda-bin)")
     parser.add_argument("--keda-images", help="OPERATOR,ADAPTER: KEDA's images, loaded")
     args = parser.parse_args(argv)
@@ -203,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"e2e-kind: {exc}", file=sys.stderr)
         return 2
 
+    if (args.monitoring_bundle is None) != (args.prometheus_image is None):
+        print("e2e-kind: --monitoring-bundle and --prometheus-image go together", file=sys.stderr)
+        return 2
     operator, _, adapter = (args.keda_images or ",").partition(",")
     if (args.keda_config is None) != (not args.keda_images):
         print("e2e-kind: --keda-config and --keda-images go together", file=sys.stderr)
@@ -225,13 +230,16 @@ def main(argv: list[str] | None = None) -> int:
         helm_values=sets,
         node_exec=node_runner(args.node),
         next_broker_image=args.next_broker_image,
-        spark_operator=SparkOperatorBuild(
+        node_power=node_power(kind_cluster_of(args.node)) if args.node_power else None,
+        spark_operator=None
+        if args.spark_operator is None
+        else SparkOperatorBuild(
             crds=args.spark_operator / "crds.yaml",
             manifests=KIND_DIR / "sparkoperator" / "manifests.yaml",
         ),
-        monitoring=MonitoringBuild(
-            bundle=args.monitoring_bundle, prometheus_image=args.prometheus_image
-        ),
+        monitoring=None
+        if args.monitoring_bundle is None or args.prometheus_image is None
+        else MonitoringBuild(bundle=args.monitoring_bundle, prometheus_image=args.prometheus_image),
         keda=None
         if args.keda_config is None
         else KedaBuild(config=args.keda_config, operator_image=operator, adapter_image=adapter),
@@ -245,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                 image=f"{image['repository']}:{image['tag']}",
                 pull_policy=image.get("pullPolicy", "Never"),
                 allow_cidr=subnet,
+                node=args.node if args.node_power else None,
             )
         )
         print(f"e2e-kind: gRPC to pods through {proxy} (proxy pod in the cluster)", flush=True)
@@ -267,6 +276,58 @@ def node_runner(container: str) -> Callable[[Sequence[str]], str]:
         return done.stdout
 
     return run
+
+
+def kind_cluster_of(node: str) -> str:
+    """The kind cluster whose control-plane node container is ``node``
+    (``<cluster>-control-plane``)."""
+    cluster, sep, rest = node.rpartition("-control-plane")
+    if not sep or rest or not cluster:
+        raise KindAccessError(
+            f"{node!r} is not a kind control-plane node (<cluster>-control-plane)"
+        )
+    return cluster
+
+
+KIND_CLUSTER_LABEL = "io.x-k8s.kind.cluster"
+POWER_ACTIONS = ("kill", "start")
+
+
+def power_command(action: str, node: str, *, cluster: str, labelled: str) -> list[str]:
+    """The ``docker`` command that kills or starts ``node``, refused unless the container's
+    kind cluster label (``labelled``) is ``cluster``: the scenario powers off its own nodes
+    only, never another container of this machine."""
+    if action not in POWER_ACTIONS:
+        raise KindAccessError(f"node power: {action!r} is not one of {POWER_ACTIONS}")
+    if labelled != cluster:
+        raise KindAccessError(
+            f"node power: {node!r} belongs to kind cluster {labelled!r}, not {cluster!r}"
+        )
+    return ["docker", action, node]
+
+
+def node_power(cluster: str) -> Callable[[str, str], None]:
+    """``docker kill``/``docker start`` of a node container of ``cluster`` (checked first)."""
+    from popfleet_e2e.access import ScenarioError  # noqa: PLC0415 - only for a real run
+
+    def docker(*args: str) -> str:
+        done = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=120, check=False
+        )
+        if done.returncode != 0:
+            raise ScenarioError(f"docker {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    def power(action: str, node: str) -> None:
+        template = f'{{{{index .Config.Labels "{KIND_CLUSTER_LABEL}"}}}}'
+        labelled = docker("inspect", "-f", template, node)
+        try:
+            command = power_command(action, node, cluster=cluster, labelled=labelled)
+        except KindAccessError as exc:
+            raise ScenarioError(str(exc)) from exc
+        docker(*command[1:])
+
+    return power
 
 
 def run_scenario(access: Any) -> int:

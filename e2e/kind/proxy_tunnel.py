@@ -65,8 +65,12 @@ def restore_environment(
             environ[name] = value
 
 
-def manifests(*, image: str, pull_policy: str, allow_cidr: str) -> list[Obj]:
-    """Namespace, the proxy's code as a ConfigMap, and the proxy Pod."""
+def manifests(
+    *, image: str, pull_policy: str, allow_cidr: str, node: str | None = None
+) -> list[Obj]:
+    """Namespace, the proxy's code as a ConfigMap, and the proxy Pod; on ``node`` when given
+    (``make e2e-nodes`` keeps it on the control plane, which no step kills: the host's only
+    way to the pods must outlive the workers it loses)."""
     part_of = {"app.kubernetes.io/part-of": "popfleet-e2e"}
     meta: Obj = {"namespace": NAMESPACE, "labels": part_of}
     container = {
@@ -117,6 +121,14 @@ def manifests(*, image: str, pull_policy: str, allow_cidr: str) -> list[Obj]:
                 "automountServiceAccountToken": False,
                 "containers": [container],
                 "volumes": [{"name": "code", "configMap": {"name": POD}}],
+                **(
+                    {}
+                    if node is None
+                    else {
+                        "nodeName": node,
+                        "tolerations": [{"operator": "Exists", "effect": "NoSchedule"}],
+                    }
+                ),
             },
         },
     ]

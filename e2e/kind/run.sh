@@ -3,7 +3,9 @@
 # cluster. One progress line per stage with its duration.
 #
 #   e2e/kind/run.sh [--values FILE] [--keep] [--reuse] [--images auto|upstream|offline]
+#                   [--workers N]
 #   e2e/kind/run.sh --bench SIZES      # bench.operator_scale on kind instead of the scenario
+#   POPFLEET_E2E_SCENARIO=nodes e2e/kind/run.sh   # node loss (`make e2e-nodes`), below
 #
 #  1. engine     a Docker engine that answers; else Debian's docker.io installed and dockerd
 #                started (offline/start-dockerd.sh; the capability filter only where needed);
@@ -32,6 +34,14 @@
 # a fresh cluster, the images loaded, `python -m bench.operator_scale --target kind` for that
 # size (the operator under the chart's memory limit), the cluster deleted.
 #
+# --workers N (or KIND_WORKERS) adds N worker nodes to the control plane (the config is
+# kind-config.yaml plus N `role: worker` entries, kind-config.sh; images are loaded onto every node; the
+# offline CNI stand-in routes pod traffic between nodes). Default 0: the one-node cluster.
+# POPFLEET_E2E_SCENARIO=nodes (`make e2e-nodes`: the replicated set losing whole nodes,
+# popfleet_e2e.nodeloss) defaults to --workers 3 and values/nodes.yaml, and builds and loads
+# only the broker and operator images (no Spark operator, no monitoring, no smoke stage: the
+# images are the ones make e2e-kind smokes).
+#
 # Environment: KIND (kind binary), BIN_DIR (kubectl and helm), PY (python with popfleet_e2e),
 # PROMETHEUS_DIR and PROM_OPERATOR_BIN (the monitoring binaries), all set by mk/kind.mk;
 # KEDA_BIN and KEDA_VERSION (KEDA's binaries and config/: make e2e-keda, with
@@ -46,18 +56,31 @@ keep=0
 reuse=0
 bench=""
 mode=${POPFLEET_KIND_IMAGES:-auto}
+scenario=${POPFLEET_E2E_SCENARIO:-kind}
+workers=${KIND_WORKERS:-}
+values_given=0
 while [ $# -gt 0 ]; do
   case "$1" in
-    --values) values=$2; shift 2 ;;
+    --values) values=$2; values_given=1; shift 2 ;;
+    --workers) workers=$2; shift 2 ;;
     --keep) keep=1; shift ;;
     --reuse) reuse=1; shift ;;
     --images) mode=$2; shift 2 ;;
     --bench) bench=$2; shift 2 ;;
-    -h|--help) sed -n '2,36p' "${BASH_SOURCE[0]}"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "${BASH_SOURCE[0]}"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
 case "$mode" in auto|upstream|offline) ;; *) echo "run.sh: --images auto|upstream|offline" >&2; exit 2 ;; esac
+# the node-loss scenario: three workers and no monitoring unless told otherwise
+few_images=0
+if [ "$scenario" = nodes ]; then
+  few_images=1
+  workers=${workers:-3}
+  if [ "$values_given" -eq 0 ]; then values="$here/values/nodes.yaml"; fi
+fi
+workers=${workers:-0}
+case "$workers" in ''|*[!0-9]*) echo "run.sh: --workers takes a count" >&2; exit 2 ;; esac
 
 : "${KIND:?KIND must name the kind binary (make e2e-kind sets it)}"
 : "${BIN_DIR:?BIN_DIR must hold kubectl and helm (make e2e-kind sets it)}"
@@ -72,6 +95,12 @@ fi
 subnet() { sed -n "s/^ *$1: *\([0-9./]*\) *$/\1/p" "$here/kind-config.yaml"; }
 pod_cidr=$(subnet podSubnet)
 service_cidr=$(subnet serviceSubnet)
+# the cluster's config: kind-config.yaml, plus N workers on the control plane's node image
+kind_config="$here/kind-config.yaml"
+if [ "$workers" -gt 0 ]; then
+  kind_config="$work/kind-config.yaml"
+  "$here/kind-config.sh" "$workers" > "$kind_config"
+fi
 started=$SECONDS
 
 stage_start=0
@@ -133,9 +162,9 @@ create_cluster() {
     "$KIND" delete cluster --name "$cluster" >/dev/null 2>&1
     how="deleted a leftover $cluster and created it afresh"
   fi
-  "$KIND" create cluster --name "$cluster" --config "$here/kind-config.yaml" \
+  "$KIND" create cluster --name "$cluster" --config "$kind_config" \
     ${node_image:+--image "$node_image"} --kubeconfig "$kubeconfig" --wait 180s
-  done_ "$how"
+  done_ "$how$([ "$workers" -gt 0 ] && echo ", 1 control plane + $workers workers")"
 }
 
 # docker build, quiet, at a lower priority; the legacy builder's deprecation notice dropped
@@ -145,8 +174,9 @@ build_image() {
 }
 
 images=()
-for spec in "broker broker_image $python_base" "operator operator $python_base" \
-            "audit spark_operator_jobs $python_base"; do
+builds=("broker broker_image $python_base" "operator operator $python_base")
+if [ "$few_images" -eq 0 ]; then builds+=("audit spark_operator_jobs $python_base"); fi
+for spec in "${builds[@]}"; do
   read -r name dir base <<<"$spec"
   tag="ghcr.io/popfleet/$name:$version"
   begin "build $name"
@@ -158,7 +188,8 @@ done
 next_broker="${images[0]}-next"
 docker tag "${images[0]}" "$next_broker"
 spark_operator_image=popfleet.local/spark-operator:e2e
-if [ -z "$bench" ]; then
+spark_operator=""
+if [ -z "$bench" ] && [ "$few_images" -eq 0 ]; then
   begin "build spark-operator"
   spark_operator=$("$here/sparkoperator/build.sh")
   build_image --build-arg "BASE=${images[2]}" -f "$here/sparkoperator/Dockerfile" \
@@ -204,7 +235,7 @@ build_keda() {
   done
   done_ "${keda_images[*]}"
 }
-if [ -z "$bench" ]; then
+if [ -z "$bench" ] && [ "$few_images" -eq 0 ]; then
   build_monitoring
   if [ -n "${KEDA_BIN:-}" ]; then
     build_keda
@@ -235,6 +266,14 @@ if [ -n "$bench" ]; then
 fi
 
 create_cluster
+if [ "$few_images" -eq 1 ]; then
+  load_images "${images[@]}"
+  begin scenario
+  "$PY" "$here/kind_access.py" --kubeconfig "$kubeconfig" --bin-dir "$BIN_DIR" --values "$values" \
+    --node "$cluster-control-plane" --next-broker-image "$next_broker" --node-power
+  done_
+  exit 0
+fi
 load_images "${images[@]}" "$next_broker" "$spark_operator_image" "${monitoring_images[@]}" \
   ${keda_images[@]+"${keda_images[@]}"}
 

@@ -20,7 +20,7 @@ BASE_IMAGE=${BASE_IMAGE:-popfleet.local/kind-base:$KIND_VERSION}
 # shellcheck disable=SC1091
 . "$BIN/versions.env"      # K8S ETCD_TAG COREDNS PAUSE LPP CRICTL KUBE_ROUTER
 NODE_IMAGE=${2:?usage: mk-node-image.sh BINDIR NODE_IMAGE}
-CNI_IMAGE=popfleet.local/cni:v1
+CNI_IMAGE=popfleet.local/cni:v2
 LPP_IMAGE=popfleet.local/local-path-provisioner:$LPP
 HELPER_IMAGE=popfleet.local/local-path-helper:v1
 KR_IMAGE=popfleet.local/kube-router:$KUBE_ROUTER
@@ -56,7 +56,7 @@ img "registry.k8s.io/kube-proxy:$K8S" kube-proxy/Dockerfile -- "$BIN/kube-proxy"
 img "registry.k8s.io/etcd:$ETCD_TAG" binary.Dockerfile BIN=etcd -- "$BIN/etcd"
 img "registry.k8s.io/coredns/coredns:$COREDNS" coredns.Dockerfile -- "$BIN/coredns"
 img "registry.k8s.io/pause:$PAUSE" pause.Dockerfile -- "$BIN/pause"
-img "$CNI_IMAGE" cni/Dockerfile -- "$here/images/cni/popfleet-cni"
+img "$CNI_IMAGE" cni/Dockerfile BASE=popfleet.local/netfilter:bookworm -- "$here/images/cni/popfleet-cni"
 img "$LPP_IMAGE" binary.Dockerfile BIN=local-path-provisioner -- "$BIN/local-path-provisioner"
 img "$KR_IMAGE" kube-router/Dockerfile -- "$BIN/kube-router"
 docker tag popfleet.local/debian:bookworm "$HELPER_IMAGE"   # sh, mkdir, rm: all the helper pod runs

@@ -124,3 +124,52 @@ def test_kind_refuses_a_broken_config(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(yaml.safe_dump(config))
     assert "unable to decode config" in kind_create(bad, tmp_path)
+
+
+def test_a_multi_node_config_is_the_one_node_config_plus_workers(tmp_path: Path) -> None:
+    """kind-config.sh N (run.sh --workers N, make e2e-nodes): the same networks and control
+    plane, N workers on the same pinned node image; kind itself accepts it."""
+
+    def config(workers: int) -> str:
+        done = subprocess.run(
+            [str(KIND / "kind-config.sh"), str(workers)], capture_output=True, text=True,
+            timeout=30, check=True,
+        )  # fmt: skip
+        return done.stdout
+
+    assert config(0) == (KIND / "kind-config.yaml").read_text()
+    three = yaml.safe_load(config(3))
+    one = yaml.safe_load((KIND / "kind-config.yaml").read_text())
+    assert three["networking"] == one["networking"]
+    assert three["nodes"][0] == one["nodes"][0]
+    assert three["nodes"][1:] == [{"role": "worker", "image": one["nodes"][0]["image"]}] * 3
+    target = tmp_path / "three.yaml"
+    target.write_text(config(3))
+    out = kind_create(target, tmp_path)
+    assert "unable to decode config" not in out and "invalid" not in out.lower(), out
+    bad = subprocess.run(
+        [str(KIND / "kind-config.sh"), "three"], capture_output=True, text=True, timeout=30,
+        check=False,
+    )  # fmt: skip
+    assert bad.returncode == 2 and "is a count" in bad.stderr
+
+
+def test_node_power_acts_on_this_clusters_nodes_only() -> None:
+    assert kind_access.kind_cluster_of("popfleet-nodes-control-plane") == "popfleet-nodes"
+    for bad in ("popfleet-nodes-worker", "-control-plane", "x-control-plane-y"):
+        with pytest.raises(kind_access.KindAccessError):
+            kind_access.kind_cluster_of(bad)
+    command = kind_access.power_command(
+        "kill", "popfleet-nodes-worker2", cluster="popfleet-nodes", labelled="popfleet-nodes"
+    )
+    assert command == ["docker", "kill", "popfleet-nodes-worker2"]
+    with pytest.raises(kind_access.KindAccessError, match="belongs to kind cluster"):
+        kind_access.power_command("kill", "db", cluster="popfleet-nodes", labelled="")
+    with pytest.raises(kind_access.KindAccessError, match="belongs to kind cluster"):
+        kind_access.power_command(
+            "start", "popfleet-e2e-control-plane", cluster="popfleet-nodes", labelled="popfleet-e2e"
+        )
+    with pytest.raises(kind_access.KindAccessError, match="is not one of"):
+        kind_access.power_command(
+            "rm", "popfleet-nodes-worker", cluster="popfleet-nodes", labelled="popfleet-nodes"
+        )

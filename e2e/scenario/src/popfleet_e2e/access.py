@@ -16,6 +16,7 @@ Why: the same scenario runs on the local testbed (e2e/local, ``make demo``) and 
   sets). None (the testbed): brokers are dialled directly;
 * ``helm_values``: extra ``--set`` values for the install (image repositories on kind);
 * ``node_exec`` and ``next_broker_image``: what the kind-only steps (``disruptions``) need;
+  ``node_power``: kill or start a whole node (multi-node kind, ``nodeloss``);
   ``spark_operator``: the Spark operator build the SparkApplication step installs;
   ``monitoring``: prometheus-operator and Prometheus for the observability steps; ``keda``:
   KEDA for the elastic-consumers step; ``prometheus_url``: a Prometheus the host reaches
@@ -101,6 +102,9 @@ class ClusterAccess:
     # and a second broker image already on the node for the rolling-upgrade step.
     node_exec: Callable[[Sequence[str]], str] | None = field(default=None, repr=False)
     next_broker_image: str | None = None
+    # Multi-node kind only (``make e2e-nodes``): ``node_power("kill"|"start", node)`` kills a
+    # whole node without warning (``docker kill`` of its container) or starts it again.
+    node_power: Callable[[str, str], None] | None = field(default=None, repr=False)
     spark_operator: SparkOperatorBuild | None = None
     monitoring: MonitoringBuild | None = None
     keda: KedaBuild | None = None

@@ -25,6 +25,7 @@ from popfleet_e2e import (
     elastic,
     lifecycle,
     logs,
+    nodeloss,
     observe,
     operatorfaults,
     replicated,
@@ -250,11 +251,42 @@ KIND_KEDA: tuple[Step, ...] = (
     *ELASTIC,
     *_FROM_NO_LOSS[-2:],
 )
+# A replicated set losing whole nodes on 1 control plane + 3 workers (``make e2e-nodes``,
+# ``POPFLEET_E2E_SCENARIO=nodes``; issue 18). No monitoring stack: the chart's PodMonitors off.
+NODE_LOSS: tuple[Step, ...] = (
+    Step(
+        "worker node killed (docker kill) under traffic with the leader; it comes back, catches up",
+        nodeloss.leaders_node_lost_under_traffic,
+    ),
+    Step(
+        "again on the new leader's node; nothing acknowledged lost",
+        nodeloss.leaders_node_lost_under_traffic,
+    ),
+)
+KIND_NODES: tuple[Step, ...] = (
+    SETUP[0],
+    Step(
+        "kubectl apply a replicated BrokerCluster; its 3 replicas on 3 different workers",
+        nodeloss.spread_over_workers,
+    ),
+    Step(
+        "from every worker: client ports open, admin ports refused (routes and NetworkPolicy)",
+        nodeloss.policy_on_every_node,
+    ),
+    *NODE_LOSS,
+    Step("figures; the replicated cluster deleted", nodeloss.figures),
+    Step(
+        "operator and broker logs: no unexpected errors (restarted nodes' retries aside)",
+        nodeloss.logs_clean,
+    ),
+    _FROM_NO_LOSS[-1],
+)
 SCENARIOS = {
     "kind": KIND,
     "replicated": KIND_REPLICATED,
     "observe": KIND_OBSERVE,
     "keda": KIND_KEDA,
+    "nodes": KIND_NODES,
 }
 
 
