@@ -134,6 +134,12 @@ class Info:
         )
 
 
+# ``free_port`` answers a port free *now*; a component binds it a moment later, and another
+# process may take it in between: ``up`` then starts again on new ports, this many times.
+PORT_ATTEMPTS = 3
+PORT_TAKEN = "address already in use"
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that is free right now (the kernel's choice)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -215,25 +221,36 @@ def up(
             raise errors.TestbedError(f"{run_dir} already has a running testbed")
         down(run_dir)  # leftovers of a testbed that died (reboot, kill -9): clear them
     bins = bins or binaries.locate()
-    for d in (layout.pids, layout.logs, layout.etcd_data, layout.state):
-        d.mkdir(parents=True, exist_ok=True)
-    info = Info(
-        run_dir=run_dir,
-        node_name=node_name,
-        bin_dir=bins.directory,
-        etcd_port=free_port(),
-        api_port=free_port(),
-        kubelet_port=free_port(),
-    )
-    pki.generate(layout.pki, node_name=node_name, server_url=info.server_url)
-    starter = _Starter(layout)
-    try:
-        _start_all(info, starter)
-    except BaseException:
-        down(run_dir, remove=False)
-        raise
-    info.save()
-    return info
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        for d in (layout.pids, layout.logs, layout.etcd_data, layout.state):
+            d.mkdir(parents=True, exist_ok=True)
+        info = Info(
+            run_dir=run_dir,
+            node_name=node_name,
+            bin_dir=bins.directory,
+            etcd_port=free_port(),
+            api_port=free_port(),
+            kubelet_port=free_port(),
+        )
+        pki.generate(layout.pki, node_name=node_name, server_url=info.server_url)
+        starter = _Starter(layout)
+        try:
+            _start_all(info, starter)
+        except errors.TestbedError as exc:
+            down(run_dir, remove=False)
+            if PORT_TAKEN not in str(exc) or attempt == PORT_ATTEMPTS:
+                raise
+            # A port free when chosen was taken before its component bound it (another
+            # process got it from the kernel meanwhile): start again on new ports, from an
+            # empty etcd (the failed one may have recorded the old peer address).
+            shutil.rmtree(layout.etcd_data, ignore_errors=True)
+            continue
+        except BaseException:
+            down(run_dir, remove=False)
+            raise
+        info.save()
+        return info
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def _start_all(info: Info, starter: _Starter) -> None:
