@@ -70,6 +70,7 @@ async def _replica(
     peers: dict[str, tuple[str, int]],
     clock: Clock,
     pods: client.CoreV1Api | None = None,
+    synchronous: bool = True,
 ) -> Replica:
     """Replica ``name`` of set broker-0 on its store in ``tmp_path / name`` (minInSync 2)."""
     return Replica(
@@ -78,6 +79,7 @@ async def _replica(
         lease_ms=LEASE_MS, renew_deadline_ms=DEADLINE_MS, retry_ms=RETRY_MS,
         max_lag_ms=LAG_MS, min_in_sync=2, ack_timeout_s=10.0,
         pods=None if pods is None else (pods, f"{SET_LABEL}=broker-0"),
+        synchronous=synchronous,
     )  # fmt: skip
 
 

@@ -23,16 +23,13 @@ from popbroker.store.errors import NotLeader
 from popfleet_testbed import controlplane
 from tests.integration.replication.reads import keys
 from tests.integration.replication.test_failover_on_apiserver import (
-    DEADLINE_MS,
-    LAG_MS,
-    LEASE_MS,
     RETRY_MS,
     ROUNDS,
-    TOKEN,
     Clock,
     _message,
+    _replica,
 )
-from tests.integration.replication.test_follower_logs import _open, _segments
+from tests.integration.replication.test_follower_logs import _segments
 
 
 async def _set(
@@ -45,21 +42,13 @@ async def _set(
 ) -> dict[str, Replica]:
     peers = {name: ("127.0.0.1", controlplane.free_port()) for name in "abc"}
     return {
-        name: Replica(
-            await _open(tmp_path / name),
-            name=name,
+        name: await _replica(
+            name,
+            tmp_path,
             api=api,
             namespace=namespace,
-            lease_name="broker-0",
             peers=peers,
-            token=TOKEN,
-            clock_ms=clock,
-            lease_ms=LEASE_MS,
-            renew_deadline_ms=DEADLINE_MS,
-            retry_ms=RETRY_MS,
-            max_lag_ms=LAG_MS,
-            min_in_sync=2,
-            ack_timeout_s=10.0,
+            clock=clock,
             synchronous=synchronous,
         )
         for name in "abc"
