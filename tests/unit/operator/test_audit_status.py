@@ -121,3 +121,22 @@ def test_status_records_a_started_run_and_keeps_history() -> None:
         "lastRunNow": "v7",
         "lastSuccessfulTime": "2026-11-21T13:01:00Z",
     }
+
+
+def test_a_run_carrying_the_run_now_value_records_it_when_its_start_went_unrecorded() -> None:
+    """The tick that started the run lost its status write: a later tick, starting nothing,
+    reads the value back from the run (and never from a run carrying another value)."""
+    plan = Plan(None, False, None, "", (), at(14, 30), None)
+    done = Run("r", at(14, 0), RunState.SUCCEEDED, at(14, 5), run_now="real-1")
+    previous = {"lastRunNow": "spark-1", "lastRun": "r", "lastRunState": "Running"}
+
+    def status(runs: list[Run], run_now: str) -> dict[str, Any]:
+        return audits.audit_status(
+            previous, runs=runs, plan=plan, started=None, backend="job",
+            enabled_at="2026-11-21T12:00:00Z", run_now=run_now,
+        )  # fmt: skip
+
+    healed = status([done], "real-1")
+    assert (healed["lastRunNow"], healed["lastRunState"]) == ("real-1", "Succeeded")
+    assert status([done], "real-2")["lastRunNow"] == "spark-1"
+    assert status([], "real-1")["lastRunNow"] == "spark-1"

@@ -83,10 +83,10 @@ def test_unchanged_condition_is_not_sent_and_nothing_new_sends_nothing() -> None
     assert quiet.patches == []
 
 
-def test_a_conflict_is_retried_once_against_a_fresh_read() -> None:
+def test_conflicts_are_retried_against_a_fresh_read_up_to_a_limit() -> None:
     kube = RecordingKube(cluster({}, []), conflicts=1)
     write(kube, {"lastRun": "demo-audit-1"})
     assert [p["metadata"]["resourceVersion"] for p in kube.patches] == ["7", "7x"]
-    stubborn = RecordingKube(cluster({}, []), conflicts=5)
+    stubborn = RecordingKube(cluster({}, []), conflicts=audits.CONFLICT_ATTEMPTS + 1)
     write(stubborn, {"lastRun": "demo-audit-1"})  # gives up quietly: the next tick retries
-    assert len(stubborn.patches) == 2
+    assert len(stubborn.patches) == audits.CONFLICT_ATTEMPTS

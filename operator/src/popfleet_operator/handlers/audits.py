@@ -170,6 +170,10 @@ async def start_due(
 
 Compute = Callable[[Mapping[str, Any]], tuple[dict[str, Any], c.Condition]]
 
+# The cluster handlers write the same status; past this many conflicts in a row the next
+# tick writes it (what a run records is read back from the run itself, see audit_status).
+CONFLICT_ATTEMPTS = 4
+
 
 async def patch_audit_status(
     kube: kube_client.Kube, ref: specs.ObjectRef, compute: Compute
@@ -181,7 +185,7 @@ async def patch_audit_status(
     ``AuditHealthy`` changes, so other conditions are never written from a stale copy.
     """
     url = kube_client.path(names.API_VERSION, KIND, namespace=ref.namespace, name=ref.name)
-    for _attempt in range(2):
+    for _attempt in range(CONFLICT_ATTEMPTS):
         fresh = await kube.get_or_none(url)
         if fresh is None:
             return None

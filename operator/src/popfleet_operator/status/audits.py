@@ -178,6 +178,10 @@ def audit_status(
             status["lastScheduleTime"] = timestamp(plan.scheduled)
         if plan.manual:
             status["lastRunNow"] = run_now
+    elif run_now and any(r.run_now == run_now for r in runs):
+        # The tick that started this run lost its status write (two conflicts in a row,
+        # or the operator stopped in between): the run carrying the value answers it.
+        status["lastRunNow"] = run_now
     return status
 
 
