@@ -157,7 +157,9 @@ def test_a_parked_receive_is_counted_while_it_waits(
 ) -> None:
     broker, port_files = observed
     wait_for_port_files(port_files)
-    with oc.simple_consumer(broker.endpoint, "other", "mixed", await_duration_s=20) as consumer:
+    # Parked for 6 s: long enough to be scraped while it waits on a loaded machine, short
+    # enough that the test does not sit out a 20-s poll.
+    with oc.simple_consumer(broker.endpoint, "other", "mixed", await_duration_s=6) as consumer:
         done = threading.Event()
 
         def receive() -> None:
