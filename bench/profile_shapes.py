@@ -134,6 +134,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--messages", type=int, default=40_000)
     parser.add_argument("--idle-s", type=float, default=10.0)
     parser.add_argument("--name", default="profile_shapes", help="results file (no .json)")
+    parser.add_argument(
+        "--no-spy", action="store_true", help="CPU per process only, no py-spy (its sampling "
+        "costs the machine CPU, which moves a latency tail)",
+    )  # fmt: skip
+    parser.add_argument("--rounds", type=int, default=1, help="rounds per system, alternating")
     return parser.parse_args(argv)
 
 
@@ -145,7 +150,7 @@ def _py_spy() -> str:
 
 
 def profile(
-    system: str, args: argparse.Namespace, *, binary: Path, spy: str, out_dir: Path
+    system: str, args: argparse.Namespace, *, binary: Path, spy: str | None, out_dir: Path
 ) -> dict[str, Any]:
     """One system, one phase: CPU per process and a profile of each Python process."""
     with tempfile.TemporaryDirectory(prefix=f"profile-{system}-") as tmp:
@@ -164,7 +169,9 @@ def profile(
             run(phase="popack", topic="warmup", group="gwarm", count=5_000)
             if args.phase == "popack":
                 run(phase="produce", topic="bench", count=args.messages)
-            spies = _start_spies(server, system, args.phase, spy=spy, out_dir=out_dir)
+            spies = {}
+            if spy is not None:
+                spies = _start_spies(server, system, args.phase, spy=spy, out_dir=out_dir)
             before = {p.name: cpu.read([p.pid]) for p in server.processes}
             started = time.monotonic()
             if args.phase == "idle":
@@ -201,8 +208,10 @@ def profile(
             entry["raw_stacks"] = str(files[name])
         processes[name] = entry
     window = cpu.window(next(iter(before.values())), next(iter(after.values())), messages)
+    latency = {k: v for k, v in figures.items() if k.endswith("_ms")}
     return {
         "phase": args.phase,
+        **({"latency": latency} if latency else {}),
         "msgs_per_s": figures.get("msgs_per_s"),
         "messages": messages,
         "wall_s": round(wall_s, 2),
@@ -245,19 +254,24 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(systems) - set(SYSTEMS))
     if unknown:
         raise SystemExit(f"unknown systems {unknown}; choose from {SYSTEMS}")
-    spy = _py_spy()
+    spy = None if args.no_spy else _py_spy()
     binary = gobuild.ensure_built(gobuild.LOADGEN)
     out_dir = common.RESULTS / "profiles"
     out_dir.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {}
-    for system in systems:
-        results[system] = profile(system, args, binary=binary, spy=spy, out_dir=out_dir)
-        for name, entry in results[system]["processes"].items():
-            per_msg = entry["cpu_us_per_msg"]
-            shown = f"{per_msg:.1f} us/msg" if per_msg is not None else "-"
-            print(
-                f"{system:<22} {name:<18} {shown:>14}  {entry['cpu_pct_of_a_core']:5.1f}% of a core"
-            )
+    for round_no in range(args.rounds):
+        for system in systems:
+            key = system if args.rounds == 1 else f"{system}#{round_no + 1}"
+            results[key] = found = profile(system, args, binary=binary, spy=spy, out_dir=out_dir)
+            if "latency" in found:
+                lat = found["latency"]
+                print(f"{key:<22} latency p50 {lat.get('p50_ms')} p99 {lat.get('p99_ms')} ms, "
+                      f"load {found['load_1m']}")  # fmt: skip
+            for name, entry in found["processes"].items():
+                per_msg = entry["cpu_us_per_msg"]
+                shown = f"{per_msg:.1f} us/msg" if per_msg is not None else "-"
+                share = f"{entry['cpu_pct_of_a_core']:5.1f}% of a core"
+                print(f"{key:<22} {name:<18} {shown:>14}  {share}")
     path = common.write(args.name, {"systems": results})
     print(f"wrote {path}")
     return 0

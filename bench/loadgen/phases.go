@@ -224,9 +224,10 @@ func percentile(sorted []float64, pct float64) float64 {
 func distribution(samples []float64, digits int) map[string]any {
 	sorted := append([]float64(nil), samples...)
 	sort.Float64s(sorted)
-	out := map[string]any{"samples": len(sorted), "p50_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0, "min_ms": 0.0}
+	out := map[string]any{"samples": len(sorted), "p50_ms": 0.0, "p90_ms": 0.0, "p99_ms": 0.0, "max_ms": 0.0, "min_ms": 0.0}
 	if len(sorted) > 0 {
 		out["p50_ms"] = round(percentile(sorted, 50), digits)
+		out["p90_ms"] = round(percentile(sorted, 90), digits)
 		out["p99_ms"] = round(percentile(sorted, 99), digits)
 		out["max_ms"] = round(sorted[len(sorted)-1], digits)
 		out["min_ms"] = round(sorted[0], digits)

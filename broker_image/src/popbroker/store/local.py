@@ -131,6 +131,14 @@ class _Dispatch:
         return self.physical_offset + self.size
 
 
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running in this thread; None on the flusher thread (SYNC dispatch)."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
 class _ArrivalListener:
     """An asyncio queue fed from whichever thread dispatches."""
 
@@ -944,11 +952,19 @@ class LocalStore:
             arrivals = [
                 Arrival(i.topic, i.queue_id, i.queue_offset, i.tag_hash) for i in last.values()
             ]
+            here = _running_loop()
             for listener in list(self._listeners):
                 wanted = arrivals
                 if listener.topic is not None:
                     wanted = [a for a in arrivals if a.topic == listener.topic]
-                if wanted:  # one cross-thread hand-off per dispatched batch, not per record
+                if not wanted:
+                    continue
+                # One hand-off per dispatched batch, not per record. On the listener's own
+                # loop (ASYNC mode dispatches in the append) a plain call_soon: the
+                # thread-safe one writes the loop's self-pipe and costs a wake-up per append.
+                if listener.loop is here:
+                    listener.loop.call_soon(listener.offer_many, wanted)
+                else:
                     listener.loop.call_soon_threadsafe(listener.offer_many, wanted)
         if failure is not None:
             self._last_error = str(failure)
