@@ -176,11 +176,10 @@ def audit_status(
         status.update(active=started, lastRun=started, lastRunState=RunState.ACTIVE.value)
         if plan.scheduled is not None:
             status["lastScheduleTime"] = timestamp(plan.scheduled)
-        if plan.manual:
-            status["lastRunNow"] = run_now
-    elif run_now and any(r.run_now == run_now for r in runs):
-        # The tick that started this run lost its status write (two conflicts in a row,
-        # or the operator stopped in between): the run carrying the value answers it.
+    # A run-now value is answered once a run carries it: the one started now, or one a
+    # tick started whose status write was lost (conflicts, or the operator stopped).
+    started_manual = started is not None and plan.manual
+    if run_now and (started_manual or any(r.run_now == run_now for r in runs)):
         status["lastRunNow"] = run_now
     return status
 
