@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from popfleet_testbed import errors, images, podenv, probes, volumes
+from popfleet_testbed import errors, images, podenv, probes, volumes, waiting
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -122,3 +122,17 @@ def test_grpc_health_response_decoding() -> None:
     assert probes._grpc_serving(b"\x08\x01")
     assert not probes._grpc_serving(b"\x08\x02")
     assert not probes._grpc_serving(b"")
+
+
+def test_a_timed_out_wait_reports_what_it_saw() -> None:
+    with pytest.raises(errors.Timeout, match=r"waiting for the thing\n2 pods, none ready$"):
+        waiting.until(lambda: None, timeout_s=0, what="the thing",
+                      state=lambda: "2 pods, none ready")  # fmt: skip
+
+
+def test_a_wait_whose_state_fails_still_times_out() -> None:
+    def unreadable() -> str:
+        raise errors.TestbedError("apiserver gone")
+
+    with pytest.raises(errors.Timeout, match=r"state unavailable: apiserver gone"):
+        waiting.until(lambda: False, timeout_s=0, what="the thing", state=unreadable)

@@ -20,6 +20,7 @@ from bench.peers.pushfleet import PushFleet, wait_until
 from popbroker.store.api import GroupConfig, Permission, TopicConfig
 from popfleet_api import models
 from popfleet_api.client import BrokerAdmin
+from tests.integration.broker import officialclient as oc
 from tests.integration.broker.harness import BrokerProcess
 
 CLI = Path(sys.executable).with_name("popfleet-admin")
@@ -139,3 +140,44 @@ def wait_until_popping(broker: BrokerProcess, *, group: str, topic: str) -> None
         return len(found) == 2 and all(o.committed_queue_offset is not None for o in found.values())
 
     wait_until(initialised, what="every queue popped once", timeout_s=REFRESH_S + MARGIN_S)
+
+
+def wait_until_each_consumes(
+    broker: BrokerProcess, fleet: PushFleet, *, topic: str, prefix: str
+) -> set[str]:
+    """Send one message at a time until every consumer of ``fleet`` has consumed one; return
+    the bodies sent, once all of them are consumed (callers leave them out of what they check).
+
+    :func:`wait_until_popping` is group-wide: it returns once *a* consumer popped, while
+    another may not have asked for its assignment yet (each client refreshes on its own 5-s
+    timer). A test that needs *every* consumer receiving — the hung one above all — waits here.
+    Bounded by the deadline: at most one message per poll.
+    """
+    sent: list[str] = []
+
+    def names_consumed() -> set[str]:
+        return {m.name for m in fleet.consumed() if m.body.startswith(f"{prefix}-")}
+
+    with oc.producer(broker.endpoint, [topic]) as producer:
+
+        def everyone() -> bool:
+            if names_consumed() >= set(fleet.names):
+                return True
+            body = f"{prefix}-{len(sent)}"
+            producer.send(oc.message(topic, body.encode()))
+            sent.append(body)
+            return False
+
+        wait_until(
+            everyone,
+            what="every consumer consumed a message",
+            timeout_s=REFRESH_S + MARGIN_S,
+            state=lambda: f"(consumed by {sorted(names_consumed())} of {len(sent)} sent)",
+        )
+    bodies = set(sent)
+    wait_until(
+        lambda: bodies <= {m.body for m in fleet.consumed()},
+        what="every warm-up message consumed",
+        timeout_s=MARGIN_S,
+    )
+    return bodies

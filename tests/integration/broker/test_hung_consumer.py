@@ -15,8 +15,10 @@ the broker still counts it as live.
   is bounded by the broker's invisible time for push consumers
   (``PopackSettings.default_invisible_ms``): the test asserts it ended before
   even the popped messages could have come back.
-* POP (share 0): the two healthy consumers drain both queues; the messages the
-  hung consumer popped come back after the invisible time (from the retry
+* POP (share 0): once each consumer has consumed a warm-up message (so the hung
+  one is receiving: with share 0 whoever is parked takes a round), the two
+  healthy consumers drain both queues; the messages the hung consumer popped
+  come back after the invisible time (from the retry
   topic, delivery attempt 2) and are consumed by the others.
 """
 
@@ -41,6 +43,7 @@ from tests.integration.broker.consumemodes import (
     running_fleet,
     set_mode,
     wait_for_assignments,
+    wait_until_each_consumes,
     wait_until_popping,
 )
 from tests.integration.broker.harness import BrokerProcess
@@ -86,6 +89,15 @@ def send_round(broker: BrokerProcess, prefix: str) -> set[str]:
 
 def consumed(fleet: PushFleet, bodies: set[str]) -> set[str]:
     return {m.body for m in fleet.consumed() if m.body in bodies}
+
+
+def by_consumer(fleet: PushFleet, bodies: set[str]) -> str:
+    """How many of ``bodies`` each consumer processed: the state a failed wait reports."""
+    counts = {name: 0 for name in fleet.names}
+    for m in fleet.consumed():
+        if m.body in bodies:
+            counts[m.name] += 1
+    return f"(processed of {len(bodies)}: {counts})"
 
 
 @pytest.mark.timeout(180)
@@ -136,13 +148,16 @@ def test_pop_others_drain_and_revived_messages_come_back(
     wait_for_assignments(
         fleet, lambda a: a == {name: [-1] for name in NAMES}, what="queue -1 for everyone"
     )
-    wait_until_popping(admin_broker, group=GROUP, topic=TOPIC)
+    wait_until_popping(admin_broker, group=GROUP, topic=TOPIC)  # before the warm-up is sent
+    # Every consumer receiving before the hang: with share 0 whoever is parked takes the round,
+    # so a consumer still waiting for its first assignment refresh would pop none of it.
+    wait_until_each_consumes(admin_broker, fleet, topic=TOPIC, prefix="warm")
     hung = NAMES[0]
     fleet.hang(hung)
 
     everything = send_round(admin_broker, "first")
     wait_until(lambda: bool(fleet.hung_bodies(hung)), what="the hung consumer popped",
-               timeout_s=REFRESH_S + MARGIN_S)  # fmt: skip
+               timeout_s=MARGIN_S, state=lambda: by_consumer(fleet, everything))  # fmt: skip
     popped_at = time.monotonic()
     wait_until(
         lambda: consumed(fleet, everything) >= everything - set(fleet.hung_bodies(hung)),

@@ -117,8 +117,50 @@ class Cluster:
             return None
 
         return waiting.until(
-            check, timeout_s=timeout_s, what=f"{count} ready pods {selector} in {namespace}"
+            check,
+            timeout_s=timeout_s,
+            what=f"{count} ready pods {selector} in {namespace}",
+            state=lambda: self.describe_pods(namespace, selector),
         )
+
+    def describe_pods(self, namespace: str, selector: str, log_lines: int = 40) -> str:
+        """Each matching pod's phase, conditions and containers, and the kubelet's last lines
+        about the namespace: what a failed wait reports, so a flake can be read afterwards."""
+        lines = []
+        for pod in self.pods(namespace, selector):
+            status = pod.get("status", {})
+            conditions = " ".join(
+                f"{c['type']}={c['status']}" for c in status.get("conditions") or []
+            )
+            containers = "; ".join(
+                f"{c['name']} restarts={c.get('restartCount')} state={c.get('state')}"
+                for c in status.get("containerStatuses") or []
+            )
+            deleting = " deleting" if pod["metadata"].get("deletionTimestamp") else ""
+            lines.append(
+                f"pod {pod['metadata']['name']}{deleting}: phase={status.get('phase')} "
+                f"[{conditions}] {containers}"
+            )
+        if not lines:
+            lines.append(f"no pod matches {selector}")
+        events = self.admin.items(kube.ns_path(namespace, "events"))
+        events.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+        lines.append(f"events in {namespace}:")
+        lines.extend(
+            f"  {e.get('lastTimestamp') or e.get('eventTime')} {e['involvedObject'].get('kind')}/"
+            f"{e['involvedObject'].get('name')} {e.get('reason')}: {e.get('message')}"
+            for e in events[-20:]
+        )
+        kubelet_log = self.info.layout.logs / "kubelet.log"
+        if kubelet_log.exists():
+            about = [
+                line
+                for line in kubelet_log.read_text(errors="replace").splitlines()
+                if f"{namespace}/" in line or f"{namespace}_" in line or "tick failed" in line
+            ]
+            lines.append(f"kubelet.log, last {log_lines} lines about {namespace}:")
+            lines.extend(about[-log_lines:])
+        return "\n".join(lines)
 
     def wait_phase(self, namespace: str, name: str, phase: str, timeout_s: float = 60) -> Obj:
         def check() -> Obj | None:

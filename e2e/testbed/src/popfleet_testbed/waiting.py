@@ -22,10 +22,12 @@ def until(
     timeout_s: float,
     what: str,
     interval_s: float = 0.2,
+    state: Callable[[], str] | None = None,
 ) -> T:
     """Call ``check`` until it returns something other than None/False; return that.
 
     Retriable ``TestbedError``s raised by ``check`` count as "not yet"; others propagate.
+    ``state``, when given, describes what was seen instead; a timeout's message ends with it.
     """
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
@@ -42,5 +44,15 @@ def until(
             return result
         if time.monotonic() >= deadline:
             detail = f" (last error: {last_error})" if last_error else ""
+            if state is not None:
+                detail += f"\n{_described(state)}"
             raise errors.Timeout(f"timed out after {timeout_s:.0f}s waiting for {what}{detail}")
         time.sleep(interval_s)
+
+
+def _described(state: Callable[[], str]) -> str:
+    """``state()``, or why it could not be read (a timeout's message must not hide the timeout)."""
+    try:
+        return state()
+    except (errors.TestbedError, OSError) as exc:
+        return f"(state unavailable: {exc})"
