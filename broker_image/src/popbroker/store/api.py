@@ -136,20 +136,11 @@ class StoredMessage:
             properties,
             body,
         ) = fields
+        # positional, in field order: one is made per message read
         return cls(
-            topic=topic,
-            queue_id=queue_id,
-            queue_offset=queue_offset,
-            physical_offset=physical,
-            body=body,
-            properties=properties,
-            born_timestamp_ms=born,
-            store_timestamp_ms=stored,
-            born_host=host,
-            reconsume_times=reconsume,
-            flags=flags,
-            record=record,
-        )
+            topic, queue_id, queue_offset, physical, body, properties, born, stored, host,
+            reconsume, flags, record,
+        )  # fmt: skip
 
     @property
     def tag(self) -> str:

@@ -51,7 +51,6 @@ import struct
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 import numpy as np
 
@@ -332,7 +331,7 @@ def decode_fields(raw: bytes, *, expected_physical_offset: int) -> RecordFields:
         raise FormatError(
             f"record says physical offset {physical}, read at {expected_physical_offset}"
         )
-    topic, born_host, properties, _, body = _walk(raw)
+    topic, born_host, properties, _, body_at = _walk_to_body(raw)
     return (
         physical,
         total,
@@ -345,7 +344,7 @@ def decode_fields(raw: bytes, *, expected_physical_offset: int) -> RecordFields:
         topic,
         born_host,
         properties,
-        bytes(body),
+        bytes(raw[body_at:]),
     )
 
 
@@ -361,24 +360,10 @@ def _check_head(raw: bytes) -> tuple[int, int]:
     return total, crc
 
 
-class _Fields(NamedTuple):
-    topic: str
-    born_host: str
-    properties: dict[str, str]
-    properties_size: int
-    body: bytes
-
-
-def _walk(raw: bytes) -> _Fields:
-    """The variable fields after the fixed head, each checked to lie inside the record and
-    to end exactly where the record does (texts UTF-8, properties well formed)."""
-    topic, born_host, properties, props_len, body_at = _walk_to_body(raw)
-    return _Fields(topic, born_host, properties, props_len, raw[body_at : len(raw)])
-
-
 def _walk_to_body(raw: bytes) -> tuple[str, str, dict[str, str], int, int]:
-    """:func:`_walk`'s checks, without copying the body: (topic, born host, properties,
-    their size, where the body starts)."""
+    """The variable fields after the fixed head, each checked to lie inside the record and
+    to end exactly where the record does (texts UTF-8, properties well formed), without
+    copying the body: (topic, born host, properties, their size, where the body starts)."""
     pos = FIXED_END
     try:
         topic_len = raw[pos]

@@ -68,6 +68,7 @@ from popbroker.store import (
     replicated,
     retention,
 )
+from popbroker.store import format as fmt
 from popbroker.store.api import (
     MAX_READ_COUNT,
     PROPERTY_TAGS,
@@ -1049,17 +1050,24 @@ class LocalStore:
                 entries = cq.raw_entries(next_offset, min(chunk, scan_end - next_offset))
                 if not entries:
                     break
+                # The entries whose tag hash matches, up to what is still wanted, read at
+                # once (nearby records in one span); a hash collision is dropped after the
+                # read and the scan goes on from behind the last entry taken.
+                wanted = max_count - len(found)
+                offsets: list[int] = []
+                extents: list[tuple[int, int]] = []
                 for physical, size, tag_hash in entries:  # tuples: no object per entry
-                    entry_offset = next_offset
                     next_offset += 1
-                    if not parsed.matches_hash(tag_hash, hashes):
-                        continue
-                    message = self._stored_locked(entry_offset, physical, size)
-                    if not parsed.matches_tag(message.tag):
-                        continue  # a hash collision
-                    found.append(message)
-                    if len(found) >= max_count:
-                        break
+                    if parsed.matches_hash(tag_hash, hashes):
+                        offsets.append(next_offset - 1)
+                        extents.append((physical, size))
+                        if len(extents) >= wanted:
+                            break
+                read = self.commitlog.read_verified_many(extents)
+                for entry_offset, (raw, fields) in zip(offsets, read, strict=True):
+                    message = self._checked_stored(entry_offset, raw, fields)
+                    if parsed.matches_all or parsed.matches_tag(message.tag):
+                        found.append(message)  # else a hash collision
             status = ReadStatus.FOUND if found else ReadStatus.NO_MATCHED_MESSAGE
             return ReadResult(status, tuple(found), next_offset, low, high)
 
@@ -1124,14 +1132,15 @@ class LocalStore:
             return ReadStatus.OFFSET_OVERFLOW_BADLY, low, high
         return ReadStatus.FOUND, low, high
 
-    def _stored_locked(self, queue_offset: int, physical_offset: int, size: int) -> StoredMessage:
-        """The message a consume-queue entry points at, checked to be the entry's."""
-        raw, fields = self.commitlog.read_verified(physical_offset, size)
+    @staticmethod
+    def _checked_stored(queue_offset: int, raw: bytes, fields: fmt.RecordFields) -> StoredMessage:
+        """The message of a verified record (read where its entry points: the record's own
+        physical offset was checked against it), checked to be the consume-queue entry's."""
         message = StoredMessage.from_record(raw, fields)
         if message.queue_offset != queue_offset:
             raise CorruptStore(
                 f"consume queue entry for queue offset {queue_offset} points at physical "
-                f"offset {physical_offset}, which holds {message.topic} queue "
+                f"offset {message.physical_offset}, which holds {message.topic} queue "
                 f"{message.queue_id} offset {message.queue_offset}"
             )
         return message
