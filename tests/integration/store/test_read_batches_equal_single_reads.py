@@ -21,7 +21,7 @@ from popbroker.store import filters
 from popbroker.store.api import PROPERTY_TAGS, MessageToAppend, ReadStatus, TopicConfig
 from popbroker.store.errors import CorruptStore
 from popbroker.store.local import LocalStore
-from popbroker.store.segments import segment_name
+from tests.integration.store import faults
 from tests.storesettings import small_settings
 
 pytestmark = pytest.mark.timeout(120)
@@ -103,14 +103,10 @@ def test_a_damaged_record_in_a_batch_is_named(tmp_path: Path) -> None:
     store = asyncio.run(_filled(tmp_path / "data"))
     try:
         victim = store.read_now("t", 0, 40, max_count=1, max_scan=1).messages[0]
-        segment_bytes = small_settings().segment_bytes
-        base = victim.physical_offset - victim.physical_offset % segment_bytes
-        path = tmp_path / "data" / "commitlog" / segment_name(base)
-        with path.open("r+b") as segment:
-            segment.seek(victim.physical_offset - base + 60)
-            byte = segment.read(1)
-            segment.seek(-1, 1)
-            segment.write(bytes([byte[0] ^ 0x40]))
+        path, position = faults.locate(
+            tmp_path / "data", victim.physical_offset, small_settings().segment_bytes
+        )
+        faults.flip_byte(path, position + 60)
         with pytest.raises(
             CorruptStore, match=f"physical offset {victim.physical_offset} is damaged"
         ):
