@@ -120,6 +120,13 @@ def test_setting_a_bit_again_is_idempotent() -> None:
     assert checkpoints.with_bitmap(once, 1 << 1) is once
 
 
+def test_a_bit_beyond_the_batch_is_refused() -> None:
+    ck = _ck()  # the copy skips the constructor's checks: with_bitmap checks its own bits
+    with pytest.raises(errors.InvalidCheckpoint, match="beyond the message count"):
+        checkpoints.with_bitmap(ck, 1 << ck.count)
+    assert checkpoints.with_bitmap(ck, 1 << (ck.count - 1)).ack_bitmap == 1 << (ck.count - 1)
+
+
 def test_bitmap_for_counts_unknown_offsets() -> None:
     assert checkpoints.bitmap_for(_ck(), (100, 102, 7, 103)) == (0b101, 2)
 

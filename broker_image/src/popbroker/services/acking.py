@@ -44,7 +44,7 @@ from dataclasses import replace
 from popbroker.pop import errors as pop_errors
 from popbroker.pop import invisibility, orderinfo, popping, receipts, records, retrytopics
 from popbroker.pop.checkpointbuffer import AckOutcome
-from popbroker.pop.checkpoints import QueueKey
+from popbroker.pop.checkpoints import CheckpointKey, QueueKey
 from popbroker.pop.receipts import ReceiptHandle
 from popbroker.services import errors, messages, revivelog
 from popbroker.services.configcache import ConfigCache
@@ -67,6 +67,7 @@ class _Target:
     group: str
     topic: str  # the topic the client names (original)
     real_topic: str  # the topic read (the retry topic for a retried message)
+    key: CheckpointKey  # the checkpoint an ack with the handle matches
 
     @property
     def queue_key(self) -> QueueKey:
@@ -117,7 +118,11 @@ class Acker:
                 target = self._target(
                     group, topic, topic_config=topic_config, receipt_handle=receipt_handle
                 )
-                await self._ack_target(target)
+                # the common case without a coroutine: a non-FIFO ack merged in memory
+                if target.handle.is_fifo:
+                    await self._ack_fifo(target)
+                elif not self._ack_in_memory(target):
+                    await self._write_ack(target)
             except Exception as exc:  # noqa: BLE001 - this entry's answer (the caller maps it)
                 outcomes.append(exc)
             else:
@@ -131,16 +136,24 @@ class Acker:
             await self._ack_concurrent(target)
 
     async def _ack_concurrent(self, target: _Target) -> None:
-        handle = target.handle
-        key = invisibility.handle_key(handle, topic=target.real_topic, group=target.group)
-        outcome = self._state.buffer.ack(key, handle.queue_offset)
+        if not self._ack_in_memory(target):
+            await self._write_ack(target)
+
+    def _ack_in_memory(self, target: _Target) -> bool:
+        """A non-FIFO ack's merge into its buffered checkpoint; False when that is no longer
+        buffered, and the ack must be written (:meth:`_write_ack`)."""
+        state, offset = self._state, target.handle.queue_offset
+        outcome = state.buffer.ack(target.key, offset)
         if outcome is AckOutcome.BAD_INDEX:
             raise pop_errors.InvalidReceiptHandle("the handle's offset is not in its checkpoint")
-        self._state.inflight.on_ack(key, handle.queue_offset)
-        if outcome is not AckOutcome.NOT_BUFFERED:
-            return
+        state.inflight.on_ack(target.key, offset)
+        return outcome is not AckOutcome.NOT_BUFFERED
+
+    async def _write_ack(self, target: _Target) -> None:
+        """An ACK record in the handle's revive queue: its checkpoint is already durable."""
+        handle = target.handle
         await self._check_offset_exists(target)
-        ack = records.ack_for(key, (handle.queue_offset,))
+        ack = records.ack_for(target.key, (handle.queue_offset,))
         await self._store.append(
             [
                 revivelog.record_message(
@@ -336,7 +349,7 @@ class Acker:
             raise pop_errors.InvalidReceiptHandle(
                 "receipt handle was superseded by a change of invisible time"
             )
-        return _Target(handle=handle, group=group, topic=topic, real_topic=real_topic)
+        return _Target(handle, group, topic, real_topic, key)
 
     async def _bounds(self, target: _Target) -> tuple[int, int]:
         try:
