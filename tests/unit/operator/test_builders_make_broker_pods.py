@@ -70,6 +70,27 @@ def test_probes_ask_the_store_health_and_popack_through_the_front(
         "port": names.METRICS_PORTS["popack"],
     }
     assert "readinessProbe" not in popack
+    for container in (store, popack, front):  # the defaults, as before spec.livenessProbe
+        timings = {
+            k: v for k, v in container["livenessProbe"].items() if k not in ("grpc", "httpGet")
+        }
+        assert timings == {"periodSeconds": 10, "failureThreshold": 6} | (
+            {} if container is store else {"initialDelaySeconds": 10}
+        )
+
+
+def test_liveness_timings_reach_every_probed_container(owner: specs.ObjectRef) -> None:
+    spec = specs.parse_cluster(
+        {"livenessProbe": {"periodSeconds": 3, "failureThreshold": 4, "timeoutSeconds": 2}}
+    )
+    store, popack, revive, front = sts(owner, spec)["spec"]["template"]["spec"]["containers"]
+    for container in (store, popack, front):
+        probe = container["livenessProbe"]
+        assert (probe["periodSeconds"], probe["failureThreshold"], probe["timeoutSeconds"]) == (
+            3, 4, 2,
+        )  # fmt: skip
+    assert "livenessProbe" not in revive  # it serves nothing to probe
+    assert store["startupProbe"]["failureThreshold"] == 300  # start-up keeps its own budget
 
 
 def test_spec_settings_reach_flags_resources_and_claims(owner: specs.ObjectRef) -> None:

@@ -15,6 +15,8 @@ import re
 import time
 from dataclasses import dataclass, field
 
+import yaml
+
 from popfleet_e2e import auditing, brokers, conditions, logs, waits
 from popfleet_e2e.access import ClusterAccess, Obj, ScenarioError
 from popfleet_e2e.traffic import Traffic
@@ -34,6 +36,7 @@ class Story:
     stalled: dict[tuple[str, int], int] = field(default_factory=dict)
     logbook: logs.LogBook = field(default_factory=logs.LogBook)
     traffic_max_s: float = 1_800.0  # the producer's own bound (make demo runs longer)
+    cluster_spec: Obj = field(default_factory=dict)  # set over the example BrokerCluster's spec
     audit_pods: auditing.PodTally | None = None  # kind: the audit pods seen while runs go
     elastic: object | None = None  # kind, KEDA: the elastic step's producer and sampler
     # time.monotonic() of moments later steps measure from ("traffic": the hung consumer's
@@ -66,10 +69,13 @@ def ready_with(obj: Obj, replicas: int) -> bool:
 
 
 def create_cluster(story: Story) -> str:
-    """``kubectl apply`` the example BrokerCluster; 3 brokers Ready, each knowing all 3."""
+    """``kubectl apply`` the example BrokerCluster (with ``story.cluster_spec`` set over its
+    spec); 3 brokers Ready, each knowing all 3."""
     access = story.access
     ensure_namespace(access)
-    access.apply_files([access.examples / "brokercluster.yaml"])
+    manifest = yaml.safe_load((access.examples / "brokercluster.yaml").read_text())
+    manifest["spec"].update(story.cluster_spec)
+    access.kubectl("apply", "-n", access.namespace, "-f", "-", stdin=yaml.safe_dump(manifest))
     bc = conditions.wait(
         access, "brokercluster", CLUSTER, "Ready", timeout_s=240,
         also=lambda obj: ready_with(obj, REPLICAS), what=f"{REPLICAS} brokers ready",

@@ -190,7 +190,7 @@ def store_container(owner: ObjectRef, spec: ClusterSpec) -> dict[str, Any]:
         )
     container["startupProbe"] = {"grpc": grpc_probe, "periodSeconds": 1, "failureThreshold": 300}
     container["readinessProbe"] = {"grpc": grpc_probe, "periodSeconds": 2, "failureThreshold": 2}
-    container["livenessProbe"] = {"grpc": grpc_probe, "periodSeconds": 10, "failureThreshold": 6}
+    container["livenessProbe"] = {"grpc": grpc_probe, **spec.liveness.timings()}
     return container
 
 
@@ -217,8 +217,7 @@ def popack_container(spec: ClusterSpec) -> dict[str, Any]:
     container = _container(spec, "popack", args)
     container["livenessProbe"] = {
         "httpGet": {"path": "/metrics", "port": names.METRICS_PORTS["popack"]},
-        "periodSeconds": 10,
-        "failureThreshold": 6,
+        **spec.liveness.timings(),
         "initialDelaySeconds": 10,
     }
     return container
@@ -263,12 +262,7 @@ def front_container(spec: ClusterSpec) -> dict[str, Any]:
             },
         ],
         "readinessProbe": {**probe, "periodSeconds": 2},
-        "livenessProbe": {
-            **probe,
-            "periodSeconds": 10,
-            "failureThreshold": 6,
-            "initialDelaySeconds": 10,
-        },
+        "livenessProbe": {**probe, **spec.liveness.timings(), "initialDelaySeconds": 10},
     }
     resources = _resources(spec, "front")
     if resources:

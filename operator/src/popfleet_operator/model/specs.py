@@ -62,6 +62,24 @@ class PopTuning:
 
 
 @dataclass(frozen=True, slots=True)
+class LivenessProbe:
+    """``spec.livenessProbe``: the timings of every broker container's liveness probe."""
+
+    period_seconds: int = 10
+    failure_threshold: int = 6
+    timeout_seconds: int = 1
+
+    def timings(self) -> dict[str, int]:
+        """The probe's timing fields, as a container's ``livenessProbe`` spells them; the
+        timeout only when it is not Kubernetes' default, so that pods of clusters that do not
+        set it keep the template they had before the field existed (no rolling restart)."""
+        fields = {"periodSeconds": self.period_seconds, "failureThreshold": self.failure_threshold}
+        if self.timeout_seconds != 1:
+            fields["timeoutSeconds"] = self.timeout_seconds
+        return fields
+
+
+@dataclass(frozen=True, slots=True)
 class SecretKeyRef:
     name: str
     key: str
@@ -96,6 +114,7 @@ class ClusterSpec:
     flush_mode: models.FlushMode = models.FlushMode.ASYNC
     revive_queue_num: int = 8
     pop: PopTuning = field(default_factory=PopTuning)
+    liveness: LivenessProbe = field(default_factory=LivenessProbe)
     resources: Mapping[str, Resources] = field(default_factory=dict)
     admin_token: SecretKeyRef | None = None
     credentials_secret: str | None = None
@@ -185,6 +204,7 @@ def parse_cluster(spec: Raw) -> ClusterSpec:
     queues = spec.get("queueDefaults") or {}
     storage = spec.get("storage") or {}
     pop = spec.get("pop") or {}
+    liveness = spec.get("livenessProbe") or {}
     auth = spec.get("auth") or {}
     token = auth.get("adminTokenSecret")
     raw_resources = spec.get("resources") or {}
@@ -202,6 +222,11 @@ def parse_cluster(spec: Raw) -> ClusterSpec:
             ck_stay_buffer_time_ms=int(pop.get("ckStayBufferTimeMs", 10_000)),
             ck_max_buffer_size=int(pop.get("ckMaxBufferSize", 200_000)),
             long_polling_max_requests=int(pop.get("longPollingMaxRequests", 10_000)),
+        ),
+        liveness=LivenessProbe(
+            period_seconds=int(liveness.get("periodSeconds", 10)),
+            failure_threshold=int(liveness.get("failureThreshold", 6)),
+            timeout_seconds=int(liveness.get("timeoutSeconds", 1)),
         ),
         resources={
             name: _resources(raw_resources[name], name)
