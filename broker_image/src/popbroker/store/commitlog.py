@@ -177,12 +177,7 @@ class CommitLog:
         """:meth:`read` as the record's bytes as stored and its fields as a tuple in
         ``Record``'s order (hot readers: no object per record)."""
         raw = self.file.read(physical_offset, size)
-        try:
-            return raw, fmt.decode_fields(raw, expected_physical_offset=physical_offset)
-        except fmt.FormatError as exc:
-            raise CorruptStore(
-                f"commit log record at physical offset {physical_offset} is damaged: {exc}"
-            ) from exc
+        return raw, _verified(raw, physical_offset)
 
     def read_verified_many(
         self, extents: Sequence[tuple[int, int]]
@@ -191,29 +186,16 @@ class CommitLog:
         records read as one span (as :meth:`read_many`): a pop reads a batch of one queue's
         records, which lie close together, and one system call per record cost more than
         slicing them out of a span. Each record is verified on its own, so a damaged one
-        raises ``CorruptStore`` naming it; a span that came back short (the log's end
-        moved, a segment ended) is read record by record."""
+        (or one a short span cut) raises ``CorruptStore`` naming it."""
         found: list[tuple[bytes, fmt.RecordFields]] = []
         index = 0
         while index < len(extents):
             last = self._span_end(extents, index)
             start = extents[index][0]
-            end = extents[last - 1][0] + extents[last - 1][1]
-            span = self.file.read(start, end - start) if last - index > 1 else b""
-            if len(span) != end - start:
-                found.extend(self.read_verified(*extent) for extent in extents[index:last])
-                index = last
-                continue
+            span = self.file.read(start, extents[last - 1][0] + extents[last - 1][1] - start)
             for physical_offset, size in extents[index:last]:
-                at = physical_offset - start
-                raw = span[at : at + size]
-                try:
-                    fields = fmt.decode_fields(raw, expected_physical_offset=physical_offset)
-                except fmt.FormatError as exc:
-                    raise CorruptStore(
-                        f"commit log record at physical offset {physical_offset} is damaged: {exc}"
-                    ) from exc
-                found.append((raw, fields))
+                raw = span[physical_offset - start : physical_offset - start + size]
+                found.append((raw, _verified(raw, physical_offset)))
             index = last
         return found
 
@@ -269,14 +251,7 @@ class CommitLog:
         columns = fmt.SpanColumns([], [], [], [], [], [])
         for physical_offset, size in extents:
             at = physical_offset - span_position
-            try:
-                fields = fmt.decode_fields(
-                    span[at : at + size], expected_physical_offset=physical_offset
-                )
-            except fmt.FormatError as exc:
-                raise CorruptStore(
-                    f"commit log record at physical offset {physical_offset} is damaged: {exc}"
-                ) from exc
+            fields = _verified(span[at : at + size], physical_offset)
             columns.queue_ids.append(fields[2])
             columns.queue_offsets.append(fields[3])
             columns.stored_ms.append(fields[6])
@@ -430,3 +405,14 @@ class CommitLog:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _verified(raw: bytes, physical_offset: int) -> fmt.RecordFields:
+    """The fields of the record ``raw`` read at ``physical_offset``; ``CorruptStore`` naming
+    that position when it fails verification (every reader of the log reports it so)."""
+    try:
+        return fmt.decode_fields(raw, expected_physical_offset=physical_offset)
+    except fmt.FormatError as exc:
+        raise CorruptStore(
+            f"commit log record at physical offset {physical_offset} is damaged: {exc}"
+        ) from exc
